@@ -1,0 +1,395 @@
+/*
+ * tidepool: a caching allocator for GPU device memory.
+ *
+ * This header is the manual. Read it top to bottom.
+ *
+ * WHAT IT DOES
+ *   tidepool sits between a program (or a framework such as PyTorch or CuPy) and the device driver. It
+ *   reserves memory from the device in large segments, carves blocks out of them, and reuses freed blocks
+ *   without going back to the driver. It never hands out a block the device may still be using, and it
+ *   gives memory back to the driver when asked (tide_empty_cache, tide_trim), all of it.
+ *
+ * THE LIFECYCLE OF A BLOCK
+ *
+ *               tide_malloc                 tide_free (no device use left)
+ *       FREE ───────────────▶ ACTIVE ─────────────────────────────────▶ FREE (cached on its stream)
+ *        ▲                      │ tide_free while the device may still use the block
+ *        │  all uses done       ▼
+ *        └──────────────────── PENDING ("pending free")
+ *
+ *   A block belongs to the stream it was allocated on. Work on that stream is ordered, so the block can
+ *   be reused on that stream as soon as it is freed. The device may still use a freed block in two ways:
+ *
+ *   - References (Metal's model). In-flight work holds the block: tide_retain when the work is enqueued,
+ *     tide_release when it completes (from any thread, for example a completion callback). A block freed
+ *     with references left is PENDING; the last tide_release makes it FREE.
+ *   - Stream uses (CUDA's model, PyTorch's record_stream). tide_record_stream says that another stream
+ *     uses the block. At tide_free, tidepool records a fence on each such stream; the block stays PENDING
+ *     until every fence has signalled.
+ *
+ *   Every tide_malloc polls PENDING blocks cheaply. tide_empty_cache synchronizes the device, drains every
+ *   PENDING block whose uses are done, and releases every segment that is wholly FREE. A block still
+ *   referenced after that stays PENDING: it is counted in the statistics and reported, never lost and
+ *   never handed out.
+ *
+ * POOLS AND SIZES
+ *   Sizes are rounded up to 512 bytes. Requests up to 1 MiB come from the small pool (2 MiB segments),
+ *   larger ones from the large pool (20 MiB segments below 10 MiB, else a segment of the size rounded up to
+ *   2 MiB). Each stream has its own blocks; a block is split when the rest is worth keeping and merged with
+ *   its free neighbours when freed.
+ *
+ * MEMORY PRESSURE
+ *   A limit (config key "limit", or tide_set_limit) that reserved memory never exceeds. Below it, an
+ *   optional garbage-collection threshold ("garbage_collection_threshold") at which the oldest cached
+ *   segments are released before a new one is reserved. When a segment cannot be reserved, the
+ *   out-of-memory ladder runs: (1) drain PENDING blocks whose uses are done and retry, (2) release every
+ *   wholly free cached segment and retry, (3) synchronize the device, drain, release and retry; then fail
+ *   with TIDE_ENOMEM and a message saying how much was asked, free on the device, cached, releasable and
+ *   pending.
+ *
+ * CONFIGURATION
+ *   One string, "key:value,key:value", in the syntax of PYTORCH_CUDA_ALLOC_CONF. It is read from the
+ *   environment variable TIDEPOOL_CONF and from tide_create's argument; where both set a key, the argument
+ *   wins. Unknown keys and bad values are errors. Keys:
+ *     limit:V                         reserved memory never exceeds V. V is bytes with an optional unit
+ *                                     ("8GiB", "512MB", "1073741824"), or a fraction of the device's total
+ *                                     memory ("0.9" or "90%"). Default: the device's total memory.
+ *     garbage_collection_threshold:F  0 < F < 1: when reserving a segment would take reserved memory above
+ *                                     F x limit, release the oldest wholly free cached segments first.
+ *                                     Default: off.
+ *     max_split_size_mb:N             blocks of N MiB or more are never split, and requests below N MiB
+ *                                     never take them (N > 20). Default: unlimited.
+ *     debug:L                         0: off (default). 1: run tide_check after every call that reserves
+ *                                     or releases segments. 2: run tide_check after every call. A failed
+ *                                     check prints the problem to stderr and aborts.
+ *     expandable_segments:B           False only, for now (True is reserved for segments that grow).
+ *
+ * THREADS
+ *   Any thread may call any function at any time, except that tide_destroy must not race with other calls
+ *   on the same allocator. Each stream has its own lock, so threads working on different streams do not
+ *   wait for each other on the fast path.
+ *
+ * ERRORS
+ *   Every call returns a tide_status. On failure, tide_last_error() returns a message for this thread
+ *   that says what went wrong in words a user can act on. Bad input (a pointer tidepool did not allocate,
+ *   a double free, a size of 0, a malformed config string) is an error that changes nothing.
+ *
+ * BACKENDS
+ *   An allocator works over one device through a backend: a table of function pointers. tidepool ships a
+ *   simulated device (tide_sim_*, below) that runs anywhere, and a CUDA backend (tide_backend_cuda) that
+ *   loads the driver at run time. You may supply your own table.
+ *
+ * A MINIMAL PROGRAM
+ *     tide_sim *sim;  tide_allocator *t;  void *p;
+ *     tide_sim_create(NULL, &sim);
+ *     tide_backend backend = tide_sim_backend(sim);
+ *     if (tide_create(&backend, "limit:1GiB", &t) != TIDE_OK) { puts(tide_last_error()); return 1; }
+ *     tide_malloc(t, 4096, 0, &p);      // 4 KiB on the default stream
+ *     tide_free(t, p);
+ *     tide_empty_cache(t, NULL);        // everything goes back to the device
+ *     tide_destroy(t);
+ *     tide_sim_destroy(sim);
+ */
+#ifndef TIDEPOOL_H
+#define TIDEPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TIDE_VERSION_MAJOR 0
+#define TIDE_VERSION_MINOR 1
+#define TIDE_VERSION_PATCH 0
+
+#if defined(__GNUC__)
+#define TIDE_API __attribute__((visibility("default")))
+#else
+#define TIDE_API
+#endif
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Status codes                                                                                      */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef enum tide_status {
+    TIDE_OK = 0,
+    TIDE_EINVAL = 1,      /* bad argument: a pointer tidepool does not own, a double free, size 0, a
+                             malformed config string, a release without a retain, ... */
+    TIDE_ENOMEM = 2,      /* device memory (or the limit) is exhausted, after the out-of-memory ladder */
+    TIDE_EBUSY = 3,       /* the call did what it could, but memory still in use kept it from finishing
+                             (tide_trim above its target, tide_destroy with live allocations) */
+    TIDE_EDEVICE = 4,     /* the backend (the driver) reported an error; the message carries its words */
+    TIDE_ECORRUPT = 5,    /* tide_check found a broken invariant */
+    TIDE_ENOTREADY = 6,   /* backends only: a fence has not signalled yet */
+    TIDE_EUNSUPPORTED = 7,/* the backend or this build cannot do what was asked */
+    TIDE_EHOSTMEM = 8     /* host memory for tidepool's own bookkeeping ran out */
+} tide_status;
+
+/* The status's name, e.g. "TIDE_ENOMEM". Never NULL. */
+TIDE_API const char *tide_status_name(tide_status status);
+
+/* The message of the last failed call on this thread, or "" if none failed yet. Successful calls leave
+ * it as it was. The string stays valid until the next failing call on this thread. */
+TIDE_API const char *tide_last_error(void);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Streams and backends                                                                              */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* A stream handle as the backend knows it: a CUstream / cudaStream_t value for CUDA, a handle from
+ * tide_sim_stream_create for the simulated device. 0 is the device's default stream. */
+typedef uintptr_t tide_stream;
+
+/* The table a backend fills in. Every function returns TIDE_OK or an error status; a backend may put
+ * its own words into the thread's message with tide_backend_error before returning an error, and
+ * tidepool adds what it was doing. All functions except fence_wait are required. */
+typedef struct tide_backend {
+    uint32_t struct_size;     /* sizeof(tide_backend) */
+    const char *name;         /* "sim", "cuda", ... for messages and statistics */
+    void *ctx;                /* passed to every function */
+
+    /* Device memory, in segments. reserve returns an address aligned to at least 512 bytes. */
+    tide_status (*reserve)(void *ctx, size_t size, uintptr_t *out_addr);
+    tide_status (*release)(void *ctx, uintptr_t addr, size_t size);
+
+    /* Fences: an event that signals when a stream reaches the point where it was recorded. tidepool
+     * creates fences once and reuses them. query returns TIDE_OK once signalled, TIDE_ENOTREADY before. */
+    tide_status (*fence_create)(void *ctx, void **out_fence);
+    tide_status (*fence_record)(void *ctx, void *fence, tide_stream stream);
+    tide_status (*fence_query)(void *ctx, void *fence);
+    tide_status (*fence_wait)(void *ctx, void *fence); /* optional: may be NULL */
+    void (*fence_destroy)(void *ctx, void *fence);
+
+    /* Wait until all work on all streams of the device is done. */
+    tide_status (*synchronize)(void *ctx);
+
+    /* Free and total memory of the device. */
+    tide_status (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+} tide_backend;
+
+/* For backend authors: set this thread's message (printf-style) to explain the error a backend
+ * function is about to return. tidepool prefixes it with what it was doing. */
+TIDE_API void tide_backend_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* ------------------------------------------------------------------------------------------------ */
+/* The allocator                                                                                     */
+/* ------------------------------------------------------------------------------------------------ */
+
+typedef struct tide_allocator tide_allocator;
+
+/* Creates an allocator over one device. The backend table is copied; its ctx must outlive the
+ * allocator. config may be NULL or "" (then only TIDEPOOL_CONF applies). */
+TIDE_API tide_status tide_create(const tide_backend *backend, const char *config, tide_allocator **out);
+
+/* Synchronizes the device, releases every segment to the backend, and frees the allocator. Returns
+ * TIDE_EBUSY (after freeing everything anyway) if allocations were still live or blocks still
+ * referenced: the message says how many and how large. NULL is allowed and does nothing. */
+TIDE_API tide_status tide_destroy(tide_allocator *t);
+
+/* Allocates size bytes (1 byte up to the device's total memory) for use on stream. The block is
+ * aligned to 512 bytes. On TIDE_ENOMEM, *out is NULL and the message is the out-of-memory report. */
+TIDE_API tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out);
+
+/* Frees a block tide_malloc returned. If other streams used it (tide_record_stream) or references are
+ * held (tide_retain), it becomes PENDING until those uses are done; otherwise it is FREE at once and
+ * may be handed out again on its own stream. NULL is allowed and does nothing. */
+TIDE_API tide_status tide_free(tide_allocator *t, void *ptr);
+
+/* Says that stream uses the ACTIVE block at ptr (PyTorch's tensor.record_stream). At tide_free a fence
+ * is recorded on stream, and the block is not reused until that fence signals. Recording the block's
+ * own stream does nothing. */
+TIDE_API tide_status tide_record_stream(tide_allocator *t, void *ptr, tide_stream stream);
+
+/* References: in-flight work holds the ACTIVE block at ptr (tide_retain) and lets it go
+ * (tide_release). tide_release may be called from any thread, including a completion callback, and
+ * also after tide_free: the last release of a freed block makes it FREE. */
+TIDE_API tide_status tide_retain(tide_allocator *t, void *ptr);
+TIDE_API tide_status tide_release(tide_allocator *t, void *ptr);
+
+/* What tide_empty_cache and tide_trim did. */
+typedef struct tide_release_report {
+    uint64_t released_bytes;        /* returned to the device by this call */
+    uint64_t released_segments;
+    uint64_t drained_blocks;        /* PENDING blocks that became FREE during this call */
+    uint64_t pending_blocks;        /* blocks still PENDING afterwards (references still held) */
+    uint64_t pending_bytes;
+    uint64_t reserved_bytes;        /* reserved afterwards */
+} tide_release_report;
+
+/* Synchronizes the device, drains every PENDING block whose uses are done, and releases every wholly
+ * free segment. With nothing allocated and nothing referenced, reserved memory is 0 afterwards. report
+ * may be NULL. Blocks still referenced stay PENDING and are counted in report->pending_*. */
+TIDE_API tide_status tide_empty_cache(tide_allocator *t, tide_release_report *report);
+
+/* Releases wholly free cached segments, oldest first, until reserved memory is at most target_bytes.
+ * Does not synchronize the device. Returns TIDE_EBUSY if the target could not be reached (the message
+ * says what holds the memory). report may be NULL. */
+TIDE_API tide_status tide_trim(tide_allocator *t, size_t target_bytes, tide_release_report *report);
+
+/* Sets the limit that reserved memory never exceeds, in bytes or as a fraction (0, 1] of the device's
+ * total memory. Cached memory above a new, lower limit is released at once; memory in use stays, and
+ * no new segment is reserved until reserved memory is below the limit again. */
+TIDE_API tide_status tide_set_limit(tide_allocator *t, size_t bytes);
+TIDE_API tide_status tide_set_limit_fraction(tide_allocator *t, double fraction);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Statistics                                                                                        */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* Names follow PyTorch's memory_stats() where the concept is the same. Each statistic is kept for all
+ * pools together and for the small and large pool. */
+enum { TIDE_POOL_ALL = 0, TIDE_POOL_SMALL = 1, TIDE_POOL_LARGE = 2, TIDE_POOL_COUNT = 3 };
+
+typedef struct tide_stat {
+    int64_t current;
+    int64_t peak;   /* highest current since creation or tide_reset_peak_stats. With one stream the
+                       peak is exact; with several, each stream's peak is kept and the sum is reported,
+                       an upper bound (reserved_bytes' peak is always exact) */
+} tide_stat;
+
+#define TIDE_STATS_VERSION 1
+
+typedef struct tide_stats {
+    uint32_t struct_size;          /* set by the caller: sizeof(tide_stats); fields past it are left
+                                      alone, so older callers keep working */
+    uint32_t version;              /* set by tidepool: TIDE_STATS_VERSION */
+
+    /* Bytes, per pool. Every byte of reserved memory is allocated, pending free or cached:
+     *   reserved = allocated + pending_free + cached, and active = allocated + pending_free. */
+    tide_stat reserved_bytes[TIDE_POOL_COUNT];      /* in segments held from the device */
+    tide_stat allocated_bytes[TIDE_POOL_COUNT];     /* in ACTIVE blocks (sizes rounded to 512) */
+    tide_stat requested_bytes[TIDE_POOL_COUNT];     /* in ACTIVE blocks, as requested */
+    tide_stat active_bytes[TIDE_POOL_COUNT];        /* ACTIVE or PENDING: not reusable now */
+    tide_stat pending_free_bytes[TIDE_POOL_COUNT];  /* freed, waiting for the device */
+    tide_stat cached_bytes[TIDE_POOL_COUNT];        /* FREE, ready to reuse */
+    tide_stat inactive_split_bytes[TIDE_POOL_COUNT];/* FREE, in segments that are not wholly free (the
+                                                        part of the cache that cannot be released) */
+
+    /* Counts, per pool. */
+    tide_stat allocation[TIDE_POOL_COUNT];          /* ACTIVE blocks */
+    tide_stat segment[TIDE_POOL_COUNT];             /* segments held */
+    tide_stat pending_free_blocks[TIDE_POOL_COUNT]; /* PENDING blocks */
+
+    /* Events, since creation. */
+    uint64_t num_alloc_retries;    /* allocations that went into the out-of-memory ladder */
+    uint64_t num_ooms;             /* allocations that failed with TIDE_ENOMEM */
+    uint64_t num_device_alloc;     /* segments reserved from the backend */
+    uint64_t num_device_free;      /* segments released to the backend */
+    uint64_t num_sync_all_streams; /* device synchronizations */
+    uint64_t num_pending_drained;  /* PENDING blocks that became FREE */
+    uint64_t num_gc_released;      /* segments released by the garbage-collection threshold */
+    uint64_t num_fence_errors;     /* fence record/query failures (handled by synchronizing instead) */
+
+    /* Settings and the device, now. */
+    uint64_t limit_bytes;
+    uint64_t gc_threshold_bytes;   /* 0 if off */
+    uint64_t device_total_bytes;
+    uint64_t num_streams;          /* streams that have allocated */
+} tide_stats;
+
+/* Fills *out. Set out->struct_size = sizeof(*out) first. */
+TIDE_API tide_status tide_get_stats(tide_allocator *t, tide_stats *out);
+
+/* Resets every peak to its current value. */
+TIDE_API tide_status tide_reset_peak_stats(tide_allocator *t);
+
+/* Writes the statistics as one JSON object with PyTorch's flat key names ("allocated_bytes.all.current",
+ * "reserved_bytes.large_pool.peak", "num_ooms", ...) into buf, NUL-terminated. *len (if not NULL)
+ * receives the length the whole text needs, without the NUL; if that is >= cap, the text was cut and
+ * the call returns TIDE_EINVAL, so call again with a larger buffer. buf may be NULL when cap is 0. */
+TIDE_API tide_status tide_stats_json(tide_allocator *t, char *buf, size_t cap, size_t *len);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Validation                                                                                        */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* Walks every segment and block and checks every invariant:
+ *  - the blocks of each segment tile it with no gap or overlap; no two adjacent FREE blocks;
+ *  - each block is in exactly one state and on exactly the list that state implies;
+ *  - reserved = allocated + pending + cached, per pool and in total, and every statistic's current
+ *    value agrees with the walk;
+ *  - a PENDING block has a reason to be pending (references, fences, or a synchronize owed);
+ *  - the address lookup finds every segment and every ACTIVE and PENDING block.
+ * Returns TIDE_OK, or TIDE_ECORRUPT with the first problem and the number found in the message. */
+TIDE_API tide_status tide_check(tide_allocator *t);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* The simulated device                                                                              */
+/* ------------------------------------------------------------------------------------------------ */
+/*
+ * A device that runs anywhere. Its memory is real host memory, reserved sparsely (a simulated 80 GiB
+ * device costs nothing until touched), so tests can write and check data in blocks. Its streams are
+ * worker threads that run queued work in order, each item no sooner than its delay after it was queued;
+ * fences signal when their stream reaches them. Work may retain blocks and release them when done, as
+ * Metal's command buffers do. Faults can be injected into any backend call.
+ */
+
+typedef struct tide_sim tide_sim;
+
+typedef struct tide_sim_options {
+    uint32_t struct_size;      /* sizeof(tide_sim_options) */
+    uint64_t total_bytes;      /* device memory; default 80 GiB */
+    uint32_t queue_depth;      /* queued items per stream before tide_sim_enqueue waits; default 1024 */
+} tide_sim_options;
+
+/* opts may be NULL for the defaults. */
+TIDE_API tide_status tide_sim_create(const tide_sim_options *opts, tide_sim **out);
+
+/* Waits for all queued work, then frees the device. Memory still reserved is unmapped. */
+TIDE_API void tide_sim_destroy(tide_sim *sim);
+
+/* The backend table of this device, for tide_create. */
+TIDE_API tide_backend tide_sim_backend(tide_sim *sim);
+
+/* A new stream (a worker thread). Stream 0 always exists. */
+TIDE_API tide_status tide_sim_stream_create(tide_sim *sim, tide_stream *out);
+
+/* Queues work on a stream: run(arg) is called on the stream's thread, in order, no sooner than
+ * delay_us microseconds after this call. run may call tidepool (tide_release, for example). */
+typedef void (*tide_sim_work_fn)(void *arg);
+TIDE_API tide_status tide_sim_enqueue(tide_sim *sim, tide_stream stream, uint32_t delay_us,
+                                      tide_sim_work_fn run, void *arg);
+
+/* Waits until all work queued so far on one stream, or on all streams, is done. */
+TIDE_API tide_status tide_sim_stream_synchronize(tide_sim *sim, tide_stream stream);
+TIDE_API tide_status tide_sim_synchronize(tide_sim *sim);
+
+/* Fault injection: of the next calls of one backend function, let `skip` succeed and make the `count`
+ * after them fail (UINT32_MAX: every one after them). A new call replaces the last plan for that op. */
+typedef enum tide_sim_op {
+    TIDE_SIM_RESERVE = 0,
+    TIDE_SIM_RELEASE,
+    TIDE_SIM_FENCE_CREATE,
+    TIDE_SIM_FENCE_RECORD,
+    TIDE_SIM_FENCE_QUERY,
+    TIDE_SIM_SYNCHRONIZE,
+    TIDE_SIM_MEM_INFO,
+    TIDE_SIM_OP_COUNT
+} tide_sim_op;
+TIDE_API void tide_sim_inject_fault(tide_sim *sim, tide_sim_op op, uint32_t skip, uint32_t count);
+
+/* What the device saw: calls of each backend function (failed ones included) and what it holds. */
+typedef struct tide_sim_counters {
+    uint64_t calls[TIDE_SIM_OP_COUNT];
+    uint64_t failures[TIDE_SIM_OP_COUNT];
+    uint64_t held_bytes;       /* reserved and not yet released */
+    uint64_t held_segments;
+    uint64_t live_fences;      /* created and not yet destroyed */
+} tide_sim_counters;
+TIDE_API void tide_sim_get_counters(tide_sim *sim, tide_sim_counters *out);
+
+/* The name of a tide_sim_op ("reserve", "fence_create", ...). */
+TIDE_API const char *tide_sim_op_name(tide_sim_op op);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TIDEPOOL_H */

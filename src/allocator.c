@@ -1,0 +1,489 @@
+/*
+ * The public calls: creating and destroying an allocator, finding a stream's heap, and the fast paths
+ * of tide_malloc, tide_free, tide_retain, tide_release and tide_record_stream. Slow paths live in
+ * pressure.c, the block lifecycle in lifecycle.c.
+ */
+#include "internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Atomic(uint64_t) next_allocator_id = 1;
+
+/* The heap this thread used last, so that a loop on one stream skips the table. Allocator ids are never
+ * reused, so an entry for a destroyed allocator can never match. */
+static _Thread_local struct {
+    uint64_t allocator_id;
+    tide_stream stream;
+    struct heap *heap;
+} last_heap;
+
+#define CHECK_ALLOCATOR(t)                                                                         \
+    do {                                                                                           \
+        if (!(t))                                                                                  \
+            return tide__fail(TIDE_EINVAL, "%s: the allocator is NULL", __func__);                 \
+    } while (0)
+
+/* ---- debug checking ------------------------------------------------------------------------------- */
+
+void allocator_lock_all(tide_allocator *t)
+{
+    pthread_mutex_lock(&t->pressure);
+    uint32_t n = atomic_load(&t->nheaps);
+    for (uint32_t i = 0; i < n; i++)
+        pthread_mutex_lock(&t->heaps[i]->lock);
+}
+
+void allocator_unlock_all(tide_allocator *t)
+{
+    uint32_t n = atomic_load(&t->nheaps);
+    for (uint32_t i = n; i-- > 0;)
+        pthread_mutex_unlock(&t->heaps[i]->lock);
+    pthread_mutex_unlock(&t->pressure);
+}
+
+void allocator_debug_check(tide_allocator *t, int level_needed, const char *after)
+{
+    if (t->conf.debug < level_needed)
+        return;
+    /* A completion callback may call in while another thread holds the pressure lock and waits for
+     * that very callback's stream; checking then would deadlock, so skip this one check. */
+    if (pthread_mutex_trylock(&t->pressure) != 0)
+        return;
+    uint32_t n = atomic_load(&t->nheaps);
+    for (uint32_t i = 0; i < n; i++)
+        pthread_mutex_lock(&t->heaps[i]->lock);
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", tide_last_error());
+    tide_status s = check_locked(t);
+    if (s != TIDE_OK) {
+        fprintf(stderr, "tidepool: debug check failed after %s: %s\n", after, tide_last_error());
+        abort();
+    }
+    tide__fail(TIDE_OK, "%s", saved); /* the check must not change the caller's last message */
+    allocator_unlock_all(t);
+}
+
+/* ---- heaps by stream ---------------------------------------------------------------------------------- */
+
+static size_t table_slot(tide_stream stream)
+{
+    uint64_t h = (uint64_t)stream * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 32) & (2 * TIDE_MAX_HEAPS - 1);
+}
+
+static struct heap *heap_lookup(tide_allocator *t, tide_stream stream)
+{
+    for (size_t i = table_slot(stream);; i = (i + 1) & (2 * TIDE_MAX_HEAPS - 1)) {
+        struct heap *h = atomic_load_explicit(&t->heap_table[i], memory_order_acquire);
+        if (!h || h->stream == stream)
+            return h;
+    }
+}
+
+static tide_status heap_for_stream(tide_allocator *t, tide_stream stream, struct heap **out)
+{
+    if (last_heap.allocator_id == t->id && last_heap.stream == stream) {
+        *out = last_heap.heap;
+        return TIDE_OK;
+    }
+    struct heap *h = heap_lookup(t, stream);
+    if (!h) {
+        pthread_mutex_lock(&t->heaps_lock);
+        h = heap_lookup(t, stream);
+        if (!h) {
+            uint32_t n = atomic_load(&t->nheaps);
+            tide_status s;
+            if (n == TIDE_MAX_HEAPS)
+                s = tide__fail(TIDE_EINVAL, "too many streams: one allocator serves at most %d",
+                               TIDE_MAX_HEAPS);
+            else
+                s = heap_create(t, stream, n, &h);
+            if (s != TIDE_OK) {
+                pthread_mutex_unlock(&t->heaps_lock);
+                return s;
+            }
+            t->heaps[n] = h;
+            size_t i = table_slot(stream);
+            while (atomic_load_explicit(&t->heap_table[i], memory_order_relaxed))
+                i = (i + 1) & (2 * TIDE_MAX_HEAPS - 1);
+            atomic_store_explicit(&t->heap_table[i], h, memory_order_release);
+            atomic_store_explicit(&t->nheaps, n + 1, memory_order_release);
+        }
+        pthread_mutex_unlock(&t->heaps_lock);
+    }
+    last_heap.allocator_id = t->id;
+    last_heap.stream = stream;
+    last_heap.heap = h;
+    *out = h;
+    return TIDE_OK;
+}
+
+/* ---- creation --------------------------------------------------------------------------------------- */
+
+static tide_status check_backend(const tide_backend *be)
+{
+    if (!be)
+        return tide__fail(TIDE_EINVAL, "tide_create: the backend is NULL");
+    if (be->struct_size < sizeof *be)
+        return tide__fail(TIDE_EINVAL, "tide_create: backend struct_size is %u, expected %zu (set "
+                          "it to sizeof(tide_backend))", be->struct_size, sizeof *be);
+    const char *missing = !be->reserve ? "reserve"
+                          : !be->release ? "release"
+                          : !be->fence_create ? "fence_create"
+                          : !be->fence_record ? "fence_record"
+                          : !be->fence_query ? "fence_query"
+                          : !be->fence_destroy ? "fence_destroy"
+                          : !be->synchronize ? "synchronize"
+                          : !be->mem_info ? "mem_info"
+                          : NULL;
+    if (missing)
+        return tide__fail(TIDE_EINVAL, "tide_create: the backend '%s' has no %s function",
+                          be->name ? be->name : "(unnamed)", missing);
+    return TIDE_OK;
+}
+
+static size_t limit_from_config(const struct tide_config *c, size_t device_total)
+{
+    if (!c->limit_set)
+        return device_total;
+    if (c->limit_fraction > 0)
+        return (size_t)((double)device_total * c->limit_fraction);
+    return c->limit_bytes;
+}
+
+tide_status tide_create(const tide_backend *backend, const char *config, tide_allocator **out)
+{
+    if (!out)
+        return tide__fail(TIDE_EINVAL, "tide_create: out is NULL");
+    *out = NULL;
+    tide_status s = check_backend(backend);
+    if (s != TIDE_OK)
+        return s;
+    struct tide_config conf;
+    config_defaults(&conf);
+    if ((s = config_parse(&conf, getenv("TIDEPOOL_CONF"), "TIDEPOOL_CONF")) != TIDE_OK ||
+        (s = config_parse(&conf, config, "tide_create config")) != TIDE_OK)
+        return s;
+
+    size_t dev_free = 0, dev_total = 0;
+    tide__clear_backend_message();
+    s = backend->mem_info(backend->ctx, &dev_free, &dev_total);
+    if (s != TIDE_OK)
+        return tide__fail_with_context(s, "tide_create: asking the %s device for its memory",
+                                       backend->name ? backend->name : "(unnamed)");
+    if (dev_total == 0)
+        return tide__fail(TIDE_EDEVICE, "tide_create: the %s device reports no memory", backend->name);
+
+    tide_allocator *t = calloc(1, sizeof *t);
+    if (!t)
+        return tide__fail(TIDE_EHOSTMEM, "tide_create: out of host memory");
+    t->backend = *backend;
+    if (!t->backend.name)
+        t->backend.name = "(unnamed)";
+    t->conf = conf;
+    t->device_total = dev_total;
+    t->limit = limit_from_config(&conf, dev_total);
+    t->gc_threshold = conf.gc_threshold > 0 ? (size_t)((double)t->limit * conf.gc_threshold) : 0;
+    t->id = atomic_fetch_add(&next_allocator_id, 1);
+    if ((s = segment_map_init(&t->segmap)) != TIDE_OK) {
+        free(t);
+        return s;
+    }
+    pthread_mutex_init(&t->pressure, NULL);
+    pthread_mutex_init(&t->heaps_lock, NULL);
+    *out = t;
+    return TIDE_OK;
+}
+
+tide_status tide_destroy(tide_allocator *t)
+{
+    if (!t)
+        return TIDE_OK;
+    allocator_lock_all(t);
+    /* Finish every device use first: nothing may still touch memory about to be released. */
+    const tide_backend *be = &t->backend;
+    bool synced = be->synchronize(be->ctx) == TIDE_OK;
+    int64_t live = 0, live_bytes = 0, held = 0, held_bytes = 0;
+    uint32_t n = atomic_load(&t->nheaps);
+    for (uint32_t i = 0; i < n; i++) {
+        struct heap *h = t->heaps[i];
+        lifecycle_after_sync(h, UINT64_MAX);
+        const struct pool_stats *p = &h->stats.pool[TIDE_POOL_ALL];
+        live += p->allocation.cur;
+        live_bytes += p->allocated.cur;
+        held += p->pending_blocks.cur;
+        held_bytes += p->pending.cur;
+    }
+    pressure_release_everything(t);
+    allocator_unlock_all(t);
+    for (uint32_t i = 0; i < n; i++)
+        heap_destroy(t->heaps[i]);
+    segment_map_free(&t->segmap);
+    pthread_mutex_destroy(&t->pressure);
+    pthread_mutex_destroy(&t->heaps_lock);
+    free(t);
+
+    char lb[32], hb[32];
+    if (live || held)
+        return tide__fail(TIDE_EBUSY, "tide_destroy: %lld allocation%s (%s) still live and %lld freed "
+                          "block%s (%s) still referenced; their memory was returned to the device "
+                          "anyway", (long long)live, live == 1 ? "" : "s",
+                          format_bytes((uint64_t)live_bytes, lb), (long long)held,
+                          held == 1 ? "" : "s", format_bytes((uint64_t)held_bytes, hb));
+    if (!synced)
+        return tide__fail_with_context(TIDE_EDEVICE, "tide_destroy: synchronizing the device");
+    return TIDE_OK;
+}
+
+/* ---- finding a user's block ------------------------------------------------------------------------ */
+
+/* Explains why addr is not a block users hold in h. NULL if no segment of h contains addr. */
+static const char *diagnose(struct heap *h, uintptr_t addr, const char *verb, char *msg, size_t cap)
+{
+    for (struct segment *seg = h->segments; seg; seg = seg->next) {
+        if (addr < seg->base || addr >= seg->base + seg->size)
+            continue;
+        struct block *b = segment_block_at(seg, addr);
+        if (!b)
+            break;
+        char sz[32];
+        if (b->state == BLOCK_FREE)
+            snprintf(msg, cap, "%s of 0x%" PRIxPTR ": no block is allocated there; it lies in cached "
+                     "free memory (a double free, or a pointer never returned by tide_malloc)", verb,
+                     addr);
+        else
+            snprintf(msg, cap, "%s of 0x%" PRIxPTR ", an interior pointer: it is %zu bytes into the "
+                     "block at 0x%" PRIxPTR " (%s); pass the address tide_malloc returned", verb, addr,
+                     (size_t)(addr - b->addr), b->addr, format_bytes(b->size, sz));
+        return msg;
+    }
+    return NULL;
+}
+
+/* Finds the ACTIVE or PENDING block at addr and returns with its heap locked, or fails with a message
+ * and no lock held. */
+static tide_status locate(tide_allocator *t, uintptr_t addr, const char *verb, struct heap **oh,
+                          struct block **ob)
+{
+    char msg[512];
+    /* The segment map answers without a lock, so a segment released meanwhile can mislead it once;
+     * the answer is confirmed under the heap's lock, and looked up again if it was stale. */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        struct segment *seg = segment_map_find(&t->segmap, addr);
+        if (!seg)
+            break;
+        struct heap *h = atomic_load_explicit(&seg->heap, memory_order_acquire);
+        if (!h)
+            continue;
+        pthread_mutex_lock(&h->lock);
+        struct block *b = ptr_map_get(&h->map, addr);
+        if (b) {
+            *oh = h;
+            *ob = b;
+            return TIDE_OK;
+        }
+        const char *why = diagnose(h, addr, verb, msg, sizeof msg);
+        pthread_mutex_unlock(&h->lock);
+        if (why)
+            return tide__fail(TIDE_EINVAL, "%s", why);
+    }
+    return tide__fail(TIDE_EINVAL, "%s of 0x%" PRIxPTR ", which tidepool did not allocate (or whose "
+                      "memory was freed and already returned to the device)", verb, addr);
+}
+
+/* ---- the public calls ------------------------------------------------------------------------------- */
+
+tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out)
+{
+    CHECK_ALLOCATOR(t);
+    if (!out)
+        return tide__fail(TIDE_EINVAL, "tide_malloc: out is NULL");
+    *out = NULL;
+    char a[32], b_[32];
+    if (size == 0)
+        return tide__fail(TIDE_EINVAL, "tide_malloc: size 0; ask for at least 1 byte");
+    if (size > t->device_total)
+        return tide__fail(TIDE_EINVAL, "tide_malloc: asked %s, more than the device's total memory "
+                          "(%s)", format_bytes(size, a), format_bytes(t->device_total, b_));
+    size_t rounded = round_up(size, TIDE_UNIT);
+    enum pool_kind pool = pool_for_size(rounded);
+    struct heap *h;
+    tide_status s = heap_for_stream(t, stream, &h);
+    if (s != TIDE_OK)
+        return s;
+
+    pthread_mutex_lock(&h->lock);
+    lifecycle_poll(h);
+    struct block *b = heap_take_fit(h, pool, rounded, size, &s);
+    pthread_mutex_unlock(&h->lock);
+    if (!b && s == TIDE_OK) {
+        s = pressure_malloc(t, h, pool, rounded, size, &b);
+        allocator_debug_check(t, 1, "tide_malloc (slow path)");
+    }
+    if (b)
+        *out = (void *)b->addr;
+    allocator_debug_check(t, 2, "tide_malloc");
+    return b ? TIDE_OK : s;
+}
+
+tide_status tide_free(tide_allocator *t, void *ptr)
+{
+    CHECK_ALLOCATOR(t);
+    if (!ptr)
+        return TIDE_OK;
+    struct heap *h;
+    struct block *b;
+    tide_status s = locate(t, (uintptr_t)ptr, "tide_free", &h, &b);
+    if (s != TIDE_OK)
+        return s;
+    if (b->state == BLOCK_PENDING) {
+        pthread_mutex_unlock(&h->lock);
+        return tide__fail(TIDE_EINVAL, "tide_free of %p: a double free; it was freed already and is "
+                          "waiting for the device (pending free)", ptr);
+    }
+    s = lifecycle_free(h, b);
+    pthread_mutex_unlock(&h->lock);
+    allocator_debug_check(t, 2, "tide_free");
+    return s;
+}
+
+tide_status tide_record_stream(tide_allocator *t, void *ptr, tide_stream stream)
+{
+    CHECK_ALLOCATOR(t);
+    struct heap *h;
+    struct block *b;
+    tide_status s = locate(t, (uintptr_t)ptr, "tide_record_stream", &h, &b);
+    if (s != TIDE_OK)
+        return s;
+    if (b->state != BLOCK_ACTIVE)
+        s = tide__fail(TIDE_EINVAL, "tide_record_stream of %p: the block was freed already", ptr);
+    else
+        s = lifecycle_record_stream(h, b, stream);
+    pthread_mutex_unlock(&h->lock);
+    allocator_debug_check(t, 2, "tide_record_stream");
+    return s;
+}
+
+tide_status tide_retain(tide_allocator *t, void *ptr)
+{
+    CHECK_ALLOCATOR(t);
+    struct heap *h;
+    struct block *b;
+    tide_status s = locate(t, (uintptr_t)ptr, "tide_retain", &h, &b);
+    if (s != TIDE_OK)
+        return s;
+    if (b->state != BLOCK_ACTIVE)
+        s = tide__fail(TIDE_EINVAL, "tide_retain of %p: the block was freed already", ptr);
+    else if (b->refs == UINT32_MAX)
+        s = tide__fail(TIDE_EINVAL, "tide_retain of %p: too many references", ptr);
+    else
+        b->refs++;
+    pthread_mutex_unlock(&h->lock);
+    allocator_debug_check(t, 2, "tide_retain");
+    return s;
+}
+
+tide_status tide_release(tide_allocator *t, void *ptr)
+{
+    CHECK_ALLOCATOR(t);
+    struct heap *h;
+    struct block *b;
+    tide_status s = locate(t, (uintptr_t)ptr, "tide_release", &h, &b);
+    if (s != TIDE_OK)
+        return s;
+    if (b->refs == 0)
+        s = tide__fail(TIDE_EINVAL, "tide_release of %p without a matching tide_retain", ptr);
+    else
+        s = lifecycle_release(h, b);
+    pthread_mutex_unlock(&h->lock);
+    allocator_debug_check(t, 2, "tide_release");
+    return s;
+}
+
+tide_status tide_empty_cache(tide_allocator *t, tide_release_report *report)
+{
+    CHECK_ALLOCATOR(t);
+    tide_status s = pressure_empty_cache(t, report);
+    allocator_debug_check(t, 1, "tide_empty_cache");
+    return s;
+}
+
+tide_status tide_trim(tide_allocator *t, size_t target_bytes, tide_release_report *report)
+{
+    CHECK_ALLOCATOR(t);
+    tide_status s = pressure_trim(t, target_bytes, report);
+    allocator_debug_check(t, 1, "tide_trim");
+    return s;
+}
+
+tide_status tide_set_limit(tide_allocator *t, size_t bytes)
+{
+    CHECK_ALLOCATOR(t);
+    if (bytes == 0)
+        return tide__fail(TIDE_EINVAL, "tide_set_limit: a limit of 0 bytes would refuse every "
+                          "allocation");
+    tide_status s = pressure_set_limit(t, bytes);
+    allocator_debug_check(t, 1, "tide_set_limit");
+    return s;
+}
+
+tide_status tide_set_limit_fraction(tide_allocator *t, double fraction)
+{
+    CHECK_ALLOCATOR(t);
+    if (!(fraction > 0 && fraction <= 1))
+        return tide__fail(TIDE_EINVAL, "tide_set_limit_fraction: %g is not a fraction in (0, 1]",
+                          fraction);
+    return tide_set_limit(t, (size_t)((double)t->device_total * fraction));
+}
+
+tide_status tide_get_stats(tide_allocator *t, tide_stats *out)
+{
+    CHECK_ALLOCATOR(t);
+    if (!out || out->struct_size < 2 * sizeof(uint32_t))
+        return tide__fail(TIDE_EINVAL, "tide_get_stats: set out->struct_size = sizeof(tide_stats) "
+                          "first");
+    allocator_lock_all(t);
+    stats_collect_locked(t, out);
+    allocator_unlock_all(t);
+    return TIDE_OK;
+}
+
+tide_status tide_reset_peak_stats(tide_allocator *t)
+{
+    CHECK_ALLOCATOR(t);
+    allocator_lock_all(t);
+    uint32_t n = atomic_load(&t->nheaps);
+    for (uint32_t i = 0; i < n; i++)
+        heap_stats_reset_peaks(&t->heaps[i]->stats);
+    t->reserved_peak = t->reserved;
+    allocator_unlock_all(t);
+    return TIDE_OK;
+}
+
+tide_status tide_stats_json(tide_allocator *t, char *buf, size_t cap, size_t *len)
+{
+    CHECK_ALLOCATOR(t);
+    if (!buf && cap)
+        return tide__fail(TIDE_EINVAL, "tide_stats_json: buf is NULL but cap is %zu", cap);
+    tide_stats s;
+    s.struct_size = sizeof s;
+    tide_get_stats(t, &s);
+    size_t need = stats_to_json(&s, buf, cap);
+    if (len)
+        *len = need;
+    if (need >= cap)
+        return tide__fail(TIDE_EINVAL, "tide_stats_json: the text needs %zu bytes and a NUL; the "
+                          "buffer holds %zu", need, cap);
+    return TIDE_OK;
+}
+
+tide_status tide_check(tide_allocator *t)
+{
+    CHECK_ALLOCATOR(t);
+    allocator_lock_all(t);
+    tide_status s = check_locked(t);
+    allocator_unlock_all(t);
+    return s;
+}

@@ -1,0 +1,536 @@
+/*
+ * The simulated device: a backend that runs anywhere, for tests and for machines without a GPU.
+ *
+ * Memory is real host memory, one anonymous mapping per segment with MAP_NORESERVE, so a simulated
+ * 80 GiB device costs nothing until touched, tests can write and check data in blocks, and a segment
+ * released to the device is unmapped (a later touch faults, as a use of freed device memory should).
+ *
+ * Each stream is a worker thread that runs queued work in order, each item no sooner than its delay
+ * after it was queued. A fence records how many items its stream had been given; it signals once the
+ * stream has completed that many. The queue has a depth, like a GPU's launch queue: enqueueing on a
+ * full stream waits.
+ *
+ * Faults can be injected into any backend call (the Nth call fails), and every call is counted, so
+ * tests can assert exactly what tidepool asked of the device.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+#include <time.h>
+
+struct sim_item {
+    tide_sim_work_fn run;
+    void *arg;
+    uint64_t ready_ns;
+};
+
+struct sim_stream {
+    tide_sim *sim;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t has_work;          /* the worker waits on it */
+    pthread_cond_t progressed;        /* enqueuers (queue full) and waiters (fences, sync) wait on it */
+    struct sim_item *ring;
+    uint32_t head, count, cap;
+    uint64_t enqueued;                /* items ever queued */
+    _Atomic(uint64_t) completed;      /* items ever finished */
+    bool stop;
+};
+
+struct sim_fence {
+    struct sim_stream *stream;        /* NULL until recorded: an unrecorded fence counts as signalled */
+    uint64_t target;
+};
+
+struct sim_segment {
+    uintptr_t addr;
+    size_t size;
+};
+
+struct fault_plan {
+    uint32_t skip, count;
+};
+
+struct tide_sim {
+    pthread_mutex_t lock;             /* everything below except the streams' queues */
+    uint64_t total, held, held_segments, live_fences;
+    uint32_t queue_depth;
+    struct sim_stream **streams;      /* [0] is the default stream, handle 0 */
+    uint32_t nstreams, streams_cap;
+    struct sim_segment *segments;
+    size_t nsegments, segments_cap;
+    struct fault_plan faults[TIDE_SIM_OP_COUNT];
+    uint64_t calls[TIDE_SIM_OP_COUNT], failures[TIDE_SIM_OP_COUNT];
+};
+
+static const char *op_names[TIDE_SIM_OP_COUNT] = {
+    "reserve", "release", "fence_create", "fence_record", "fence_query", "synchronize", "mem_info",
+};
+
+const char *tide_sim_op_name(tide_sim_op op)
+{
+    return (unsigned)op < TIDE_SIM_OP_COUNT ? op_names[op] : "(unknown op)";
+}
+
+/* Counts a call and says whether the fault plan makes it fail. */
+static bool injected_fault(tide_sim *sim, tide_sim_op op)
+{
+    pthread_mutex_lock(&sim->lock);
+    sim->calls[op]++;
+    struct fault_plan *f = &sim->faults[op];
+    bool fail = false;
+    if (f->skip)
+        f->skip--;
+    else if (f->count) {
+        if (f->count != UINT32_MAX)
+            f->count--;
+        fail = true;
+        sim->failures[op]++;
+    }
+    pthread_mutex_unlock(&sim->lock);
+    if (fail)
+        tide_backend_error("sim: injected fault in %s", op_names[op]);
+    return fail;
+}
+
+void tide_sim_inject_fault(tide_sim *sim, tide_sim_op op, uint32_t skip, uint32_t count)
+{
+    if (!sim || (unsigned)op >= TIDE_SIM_OP_COUNT)
+        return;
+    pthread_mutex_lock(&sim->lock);
+    sim->faults[op] = (struct fault_plan){skip, count};
+    pthread_mutex_unlock(&sim->lock);
+}
+
+void tide_sim_get_counters(tide_sim *sim, tide_sim_counters *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&sim->lock);
+    memcpy(out->calls, sim->calls, sizeof out->calls);
+    memcpy(out->failures, sim->failures, sizeof out->failures);
+    out->held_bytes = sim->held;
+    out->held_segments = sim->held_segments;
+    out->live_fences = sim->live_fences;
+    pthread_mutex_unlock(&sim->lock);
+}
+
+/* ---- streams ------------------------------------------------------------------------------------------ */
+
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static void *stream_worker(void *p)
+{
+    struct sim_stream *s = p;
+#ifdef __linux__
+    /* Linux lets a sleep overrun by 50 us by default; kernels of a few microseconds need better. */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->count && !s->stop)
+            pthread_cond_wait(&s->has_work, &s->lock);
+        if (!s->count)
+            break; /* stopping, and nothing left to run */
+        struct sim_item item = s->ring[s->head];
+        uint64_t now = now_ns();
+        if (now < item.ready_ns) {
+            pthread_mutex_unlock(&s->lock);
+            sleep_ns(item.ready_ns - now);
+            pthread_mutex_lock(&s->lock);
+            continue;
+        }
+        s->head = (s->head + 1) % s->cap;
+        s->count--;
+        pthread_mutex_unlock(&s->lock);
+        if (item.run)
+            item.run(item.arg);
+        pthread_mutex_lock(&s->lock);
+        atomic_fetch_add(&s->completed, 1);
+        pthread_cond_broadcast(&s->progressed);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+static tide_status stream_start(tide_sim *sim, struct sim_stream **out)
+{
+    struct sim_stream *s = calloc(1, sizeof *s);
+    if (!s || !(s->ring = calloc(sim->queue_depth, sizeof *s->ring))) {
+        free(s);
+        return tide__fail(TIDE_EHOSTMEM, "sim: out of host memory for a stream");
+    }
+    s->sim = sim;
+    s->cap = sim->queue_depth;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->has_work, NULL);
+    pthread_cond_init(&s->progressed, NULL);
+    if (pthread_create(&s->thread, NULL, stream_worker, s) != 0) {
+        free(s->ring);
+        free(s);
+        return tide__fail(TIDE_EHOSTMEM, "sim: could not start a stream thread");
+    }
+    *out = s;
+    return TIDE_OK;
+}
+
+static void stream_stop(struct sim_stream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->stop = true;
+    pthread_cond_signal(&s->has_work);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->has_work);
+    pthread_cond_destroy(&s->progressed);
+    free(s->ring);
+    free(s);
+}
+
+static struct sim_stream *stream_of(tide_sim *sim, tide_stream handle)
+{
+    if (handle == 0)
+        return sim->streams[0];
+    struct sim_stream *found = NULL;
+    pthread_mutex_lock(&sim->lock);
+    for (uint32_t i = 1; i < sim->nstreams; i++)
+        if ((tide_stream)sim->streams[i] == handle)
+            found = sim->streams[i];
+    pthread_mutex_unlock(&sim->lock);
+    return found;
+}
+
+static void stream_wait_until(struct sim_stream *s, uint64_t target)
+{
+    if (atomic_load(&s->completed) >= target)
+        return;
+    pthread_mutex_lock(&s->lock);
+    while (atomic_load(&s->completed) < target)
+        pthread_cond_wait(&s->progressed, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void stream_drain(struct sim_stream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    uint64_t target = s->enqueued;
+    pthread_mutex_unlock(&s->lock);
+    stream_wait_until(s, target);
+}
+
+tide_status tide_sim_stream_create(tide_sim *sim, tide_stream *out)
+{
+    if (!sim || !out)
+        return tide__fail(TIDE_EINVAL, "tide_sim_stream_create: sim or out is NULL");
+    struct sim_stream *s;
+    tide_status st = stream_start(sim, &s);
+    if (st != TIDE_OK)
+        return st;
+    pthread_mutex_lock(&sim->lock);
+    if (sim->nstreams == sim->streams_cap) {
+        uint32_t cap = sim->streams_cap * 2;
+        struct sim_stream **grown = realloc(sim->streams, cap * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&sim->lock);
+            stream_stop(s);
+            return tide__fail(TIDE_EHOSTMEM, "sim: out of host memory for a stream");
+        }
+        sim->streams = grown;
+        sim->streams_cap = cap;
+    }
+    sim->streams[sim->nstreams++] = s;
+    pthread_mutex_unlock(&sim->lock);
+    *out = (tide_stream)s;
+    return TIDE_OK;
+}
+
+tide_status tide_sim_enqueue(tide_sim *sim, tide_stream stream, uint32_t delay_us,
+                             tide_sim_work_fn run, void *arg)
+{
+    if (!sim)
+        return tide__fail(TIDE_EINVAL, "tide_sim_enqueue: sim is NULL");
+    struct sim_stream *s = stream_of(sim, stream);
+    if (!s)
+        return tide__fail(TIDE_EINVAL, "tide_sim_enqueue: 0x%llx is not a stream of this device",
+                          (unsigned long long)stream);
+    pthread_mutex_lock(&s->lock);
+    while (s->count == s->cap)
+        pthread_cond_wait(&s->progressed, &s->lock);
+    s->ring[(s->head + s->count) % s->cap] =
+        (struct sim_item){run, arg, now_ns() + (uint64_t)delay_us * 1000u};
+    s->count++;
+    s->enqueued++;
+    pthread_cond_signal(&s->has_work);
+    pthread_mutex_unlock(&s->lock);
+    return TIDE_OK;
+}
+
+tide_status tide_sim_stream_synchronize(tide_sim *sim, tide_stream stream)
+{
+    struct sim_stream *s = sim ? stream_of(sim, stream) : NULL;
+    if (!s)
+        return tide__fail(TIDE_EINVAL, "tide_sim_stream_synchronize: 0x%llx is not a stream of this "
+                          "device", (unsigned long long)stream);
+    stream_drain(s);
+    return TIDE_OK;
+}
+
+tide_status tide_sim_synchronize(tide_sim *sim)
+{
+    if (!sim)
+        return tide__fail(TIDE_EINVAL, "tide_sim_synchronize: sim is NULL");
+    /* Without the device's lock while waiting: work may call tidepool, which calls the device. */
+    for (uint32_t i = 0;; i++) {
+        pthread_mutex_lock(&sim->lock);
+        struct sim_stream *s = i < sim->nstreams ? sim->streams[i] : NULL;
+        pthread_mutex_unlock(&sim->lock);
+        if (!s)
+            break;
+        stream_drain(s);
+    }
+    return TIDE_OK;
+}
+
+/* ---- the backend table ----------------------------------------------------------------------------------- */
+
+static tide_status sim_reserve(void *ctx, size_t size, uintptr_t *out)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_RESERVE))
+        return TIDE_ENOMEM;
+    pthread_mutex_lock(&sim->lock);
+    uint64_t free_now = sim->total - sim->held;
+    bool fits = size <= free_now;
+    bool room = sim->nsegments < sim->segments_cap;
+    if (fits && !room) {
+        size_t cap = sim->segments_cap ? 2 * sim->segments_cap : 64;
+        struct sim_segment *grown = realloc(sim->segments, cap * sizeof *grown);
+        if (grown) {
+            sim->segments = grown;
+            sim->segments_cap = cap;
+            room = true;
+        }
+    }
+    pthread_mutex_unlock(&sim->lock);
+    if (!fits) {
+        char a[32], f[32];
+        tide_backend_error("sim: out of device memory: %s asked, %s free", format_bytes(size, a),
+                           format_bytes(free_now, f));
+        return TIDE_ENOMEM;
+    }
+    if (!room) {
+        tide_backend_error("sim: out of host memory to track a segment");
+        return TIDE_EHOSTMEM;
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+                   0);
+    if (p == MAP_FAILED) {
+        tide_backend_error("sim: mmap of %zu bytes failed: %s", size, strerror(errno));
+        return TIDE_ENOMEM;
+    }
+    pthread_mutex_lock(&sim->lock);
+    /* Someone else may have taken the memory while this thread mapped. */
+    if (size > sim->total - sim->held || sim->nsegments == sim->segments_cap) {
+        pthread_mutex_unlock(&sim->lock);
+        munmap(p, size);
+        tide_backend_error("sim: out of device memory");
+        return TIDE_ENOMEM;
+    }
+    sim->segments[sim->nsegments++] = (struct sim_segment){(uintptr_t)p, size};
+    sim->held += size;
+    sim->held_segments++;
+    pthread_mutex_unlock(&sim->lock);
+    *out = (uintptr_t)p;
+    return TIDE_OK;
+}
+
+static tide_status sim_release(void *ctx, uintptr_t addr, size_t size)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_RELEASE))
+        return TIDE_EDEVICE;
+    pthread_mutex_lock(&sim->lock);
+    size_t i = 0;
+    while (i < sim->nsegments && sim->segments[i].addr != addr)
+        i++;
+    if (i == sim->nsegments || sim->segments[i].size != size) {
+        pthread_mutex_unlock(&sim->lock);
+        tide_backend_error("sim: release of 0x%llx (%zu bytes), which is not a segment it reserved",
+                           (unsigned long long)addr, size);
+        return TIDE_EINVAL;
+    }
+    sim->segments[i] = sim->segments[--sim->nsegments];
+    sim->held -= size;
+    sim->held_segments--;
+    pthread_mutex_unlock(&sim->lock);
+    munmap((void *)addr, size);
+    return TIDE_OK;
+}
+
+static tide_status sim_fence_create(void *ctx, void **out)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_FENCE_CREATE))
+        return TIDE_EDEVICE;
+    struct sim_fence *f = calloc(1, sizeof *f);
+    if (!f) {
+        tide_backend_error("sim: out of host memory for a fence");
+        return TIDE_EHOSTMEM;
+    }
+    pthread_mutex_lock(&sim->lock);
+    sim->live_fences++;
+    pthread_mutex_unlock(&sim->lock);
+    *out = f;
+    return TIDE_OK;
+}
+
+static tide_status sim_fence_record(void *ctx, void *fence, tide_stream stream)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_FENCE_RECORD))
+        return TIDE_EDEVICE;
+    struct sim_stream *s = stream_of(sim, stream);
+    if (!s) {
+        tide_backend_error("sim: fence recorded on 0x%llx, which is not a stream of this device",
+                           (unsigned long long)stream);
+        return TIDE_EINVAL;
+    }
+    struct sim_fence *f = fence;
+    pthread_mutex_lock(&s->lock);
+    f->stream = s;
+    f->target = s->enqueued;
+    pthread_mutex_unlock(&s->lock);
+    return TIDE_OK;
+}
+
+static tide_status sim_fence_query(void *ctx, void *fence)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_FENCE_QUERY))
+        return TIDE_EDEVICE;
+    struct sim_fence *f = fence;
+    if (!f->stream || atomic_load(&f->stream->completed) >= f->target)
+        return TIDE_OK;
+    return TIDE_ENOTREADY;
+}
+
+static tide_status sim_fence_wait(void *ctx, void *fence)
+{
+    (void)ctx;
+    struct sim_fence *f = fence;
+    if (f->stream)
+        stream_wait_until(f->stream, f->target);
+    return TIDE_OK;
+}
+
+static void sim_fence_destroy(void *ctx, void *fence)
+{
+    tide_sim *sim = ctx;
+    free(fence);
+    pthread_mutex_lock(&sim->lock);
+    sim->live_fences--;
+    pthread_mutex_unlock(&sim->lock);
+}
+
+static tide_status sim_synchronize(void *ctx)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_SYNCHRONIZE))
+        return TIDE_EDEVICE;
+    return tide_sim_synchronize(sim);
+}
+
+static tide_status sim_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_MEM_INFO))
+        return TIDE_EDEVICE;
+    pthread_mutex_lock(&sim->lock);
+    *free_bytes = sim->total - sim->held;
+    *total_bytes = sim->total;
+    pthread_mutex_unlock(&sim->lock);
+    return TIDE_OK;
+}
+
+tide_backend tide_sim_backend(tide_sim *sim)
+{
+    tide_backend b;
+    memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b;
+    b.name = "sim";
+    b.ctx = sim;
+    b.reserve = sim_reserve;
+    b.release = sim_release;
+    b.fence_create = sim_fence_create;
+    b.fence_record = sim_fence_record;
+    b.fence_query = sim_fence_query;
+    b.fence_wait = sim_fence_wait;
+    b.fence_destroy = sim_fence_destroy;
+    b.synchronize = sim_synchronize;
+    b.mem_info = sim_mem_info;
+    return b;
+}
+
+/* ---- the device ---------------------------------------------------------------------------------------- */
+
+tide_status tide_sim_create(const tide_sim_options *opts, tide_sim **out)
+{
+    if (!out)
+        return tide__fail(TIDE_EINVAL, "tide_sim_create: out is NULL");
+    *out = NULL;
+    tide_sim_options o = {sizeof o, 80 * GiB, 1024};
+    if (opts) {
+        if (opts->struct_size < sizeof o)
+            return tide__fail(TIDE_EINVAL, "tide_sim_create: set opts->struct_size = "
+                              "sizeof(tide_sim_options)");
+        if (opts->total_bytes)
+            o.total_bytes = opts->total_bytes;
+        if (opts->queue_depth)
+            o.queue_depth = opts->queue_depth;
+    }
+    tide_sim *sim = calloc(1, sizeof *sim);
+    if (!sim || !(sim->streams = calloc(4, sizeof *sim->streams))) {
+        free(sim);
+        return tide__fail(TIDE_EHOSTMEM, "tide_sim_create: out of host memory");
+    }
+    pthread_mutex_init(&sim->lock, NULL);
+    sim->total = o.total_bytes;
+    sim->queue_depth = o.queue_depth;
+    sim->streams_cap = 4;
+    tide_status s = stream_start(sim, &sim->streams[0]);
+    if (s != TIDE_OK) {
+        free(sim->streams);
+        pthread_mutex_destroy(&sim->lock);
+        free(sim);
+        return s;
+    }
+    sim->nstreams = 1;
+    *out = sim;
+    return TIDE_OK;
+}
+
+void tide_sim_destroy(tide_sim *sim)
+{
+    if (!sim)
+        return;
+    tide_sim_synchronize(sim);
+    for (uint32_t i = 0; i < sim->nstreams; i++)
+        stream_stop(sim->streams[i]);
+    for (size_t i = 0; i < sim->nsegments; i++)
+        munmap((void *)sim->segments[i].addr, sim->segments[i].size);
+    free(sim->segments);
+    free(sim->streams);
+    pthread_mutex_destroy(&sim->lock);
+    free(sim);
+}

@@ -1,0 +1,243 @@
+/*
+ * The validator: walks every heap, segment and block and checks every invariant of the design. It
+ * counts every problem and reports the first, so a broken structure is described where it broke.
+ */
+#include "internal.h"
+
+#include <string.h>
+
+struct checker {
+    unsigned problems;
+    char first[512];
+};
+
+__attribute__((format(printf, 2, 3))) static void problem(struct checker *c, const char *fmt, ...)
+{
+    if (c->problems++ == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->first, sizeof c->first, fmt, ap);
+        va_end(ap);
+    }
+}
+
+/* What a walk of the blocks finds, per pool, to compare with the counters. */
+struct tally {
+    int64_t reserved, allocated, requested, pending, idle;
+    int64_t allocation, segment, pending_blocks;
+    size_t free_blocks;
+};
+
+static void check_counter(struct checker *c, const struct heap *h, int pool, const char *name,
+                          int64_t counted, int64_t walked)
+{
+    static const char *pools[TIDE_POOL_COUNT] = {"all", "small_pool", "large_pool"};
+    if (counted != walked)
+        problem(c, "stream 0x%llx: %s.%s is %lld but the blocks add up to %lld",
+                (unsigned long long)h->stream, name, pools[pool], (long long)counted, (long long)walked);
+}
+
+static void check_block(struct checker *c, struct heap *h, struct segment *seg, struct block *b,
+                        struct tally *tl)
+{
+    unsigned long long a = b->addr;
+    if (b->seg != seg)
+        problem(c, "block 0x%llx does not point back to its segment 0x%llx", a,
+                (unsigned long long)seg->base);
+    if (b->size == 0 || b->size % TIDE_UNIT)
+        problem(c, "block 0x%llx has size %zu, not a positive multiple of %d", a, b->size, TIDE_UNIT);
+    if (b->next && b->next->prev != b)
+        problem(c, "block 0x%llx: its next neighbour does not link back to it", a);
+    struct block *mapped = ptr_map_get(&h->map, b->addr);
+    switch (b->state) {
+    case BLOCK_FREE:
+        tl->free_blocks++;
+        if (!free_index_contains(&h->free[seg->pool], b))
+            problem(c, "FREE block 0x%llx is not in its pool's free index", a);
+        if (mapped == b)
+            problem(c, "FREE block 0x%llx is still in the pointer map", a);
+        if (b->refs || b->fences || b->needs_sync)
+            problem(c, "FREE block 0x%llx still has %u references, %u fences or a synchronize owed",
+                    a, b->refs, b->fences);
+        if (b->next && b->next->state == BLOCK_FREE)
+            problem(c, "FREE blocks 0x%llx and 0x%llx are neighbours and were not merged", a,
+                    (unsigned long long)b->next->addr);
+        break;
+    case BLOCK_ACTIVE:
+        tl->allocated += (int64_t)b->size;
+        tl->requested += (int64_t)b->requested;
+        tl->allocation++;
+        if (mapped != b)
+            problem(c, "ACTIVE block 0x%llx is not in the pointer map", a);
+        if (b->fences || b->needs_sync)
+            problem(c, "ACTIVE block 0x%llx has fences or a synchronize owed", a);
+        if (b->requested == 0 || b->requested > b->size)
+            problem(c, "ACTIVE block 0x%llx of %zu bytes records a request of %zu", a, b->size,
+                    b->requested);
+        break;
+    case BLOCK_PENDING:
+        tl->pending += (int64_t)b->size;
+        tl->pending_blocks++;
+        if (mapped != b)
+            problem(c, "PENDING block 0x%llx is not in the pointer map", a);
+        if (!b->refs && !b->fences && !b->needs_sync)
+            problem(c, "PENDING block 0x%llx has no reference, fence or synchronize holding it", a);
+        break;
+    default:
+        problem(c, "block 0x%llx is in no known state (%u)", a, b->state);
+    }
+}
+
+static void check_segment(struct checker *c, tide_allocator *t, struct heap *h, struct segment *seg,
+                          struct tally *tl)
+{
+    unsigned long long base = seg->base;
+    if (atomic_load(&seg->heap) != h)
+        problem(c, "segment 0x%llx is on the list of a heap it does not name", base);
+    if (seg->size == 0 || seg->size % TIDE_SEGMENT_GRANULE)
+        problem(c, "segment 0x%llx has size %zu, not a multiple of 2 MiB", base, seg->size);
+    if (segment_map_find(&t->segmap, seg->base) != seg ||
+        segment_map_find(&t->segmap, seg->base + seg->size - 1) != seg)
+        problem(c, "segment 0x%llx is not found by the segment map", base);
+    tl->reserved += (int64_t)seg->size;
+    tl->segment++;
+
+    if (!seg->first || seg->first->addr != seg->base || seg->first->prev)
+        problem(c, "segment 0x%llx: its first block does not start at its base", base);
+    uintptr_t expect = seg->base;
+    size_t blocks = 0;
+    for (struct block *b = seg->first; b; b = b->next) {
+        if (b->addr != expect) {
+            problem(c, "segment 0x%llx: a %s at 0x%llx where the next block should start at 0x%llx",
+                    base, b->addr > expect ? "gap" : "overlap", (unsigned long long)b->addr,
+                    (unsigned long long)expect);
+            break;
+        }
+        check_block(c, h, seg, b, tl);
+        expect = b->addr + b->size;
+        if (++blocks > seg->size / TIDE_UNIT) {
+            problem(c, "segment 0x%llx: its block list loops", base);
+            break;
+        }
+    }
+    if (expect != seg->base + seg->size)
+        problem(c, "segment 0x%llx: its blocks end at 0x%llx, not at its end 0x%llx", base,
+                (unsigned long long)expect, (unsigned long long)(seg->base + seg->size));
+    bool wholly_free = seg->first && seg->first->state == BLOCK_FREE && seg->first->size == seg->size;
+    if (wholly_free != seg->idle)
+        problem(c, "segment 0x%llx is %swholly free but %son the idle list", base,
+                wholly_free ? "" : "not ", seg->idle ? "" : "not ");
+    if (seg->idle)
+        tl->idle += (int64_t)seg->size;
+}
+
+static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int64_t *reserved)
+{
+    struct tally tl[POOL_KINDS];
+    memset(tl, 0, sizeof tl);
+    size_t segments = 0;
+    for (struct segment *seg = h->segments; seg; seg = seg->next) {
+        if (seg->pool >= POOL_KINDS) {
+            problem(c, "segment 0x%llx is in no pool", (unsigned long long)seg->base);
+            continue;
+        }
+        check_segment(c, t, h, seg, &tl[seg->pool]);
+        if (++segments > (1u << 30))
+            break;
+    }
+
+    /* Lists and indexes hold exactly what the walk found. */
+    for (int p = 0; p < POOL_KINDS; p++)
+        if (h->free[p].count != tl[p].free_blocks)
+            problem(c, "stream 0x%llx: the %s pool's free index holds %zu blocks, the walk found %zu "
+                    "FREE", (unsigned long long)h->stream, p == POOL_SMALL ? "small" : "large",
+                    h->free[p].count, tl[p].free_blocks);
+    size_t mapped = (size_t)(tl[0].allocation + tl[0].pending_blocks + tl[1].allocation +
+                             tl[1].pending_blocks);
+    if (h->map.count != mapped)
+        problem(c, "stream 0x%llx: the pointer map holds %zu blocks, the walk found %zu ACTIVE or "
+                "PENDING", (unsigned long long)h->stream, h->map.count, mapped);
+    size_t pending_listed = 0;
+    for (struct block *b = h->pending_head; b; b = b->link_next) {
+        if (b->state != BLOCK_PENDING)
+            problem(c, "block 0x%llx is on the pending list but not PENDING",
+                    (unsigned long long)b->addr);
+        if (++pending_listed > mapped)
+            break;
+    }
+    if (pending_listed != (size_t)(tl[0].pending_blocks + tl[1].pending_blocks))
+        problem(c, "stream 0x%llx: %zu blocks on the pending list, the walk found %lld PENDING",
+                (unsigned long long)h->stream, pending_listed,
+                (long long)(tl[0].pending_blocks + tl[1].pending_blocks));
+    uint64_t last_idle = 0;
+    for (struct segment *seg = h->idle_head; seg; seg = seg->idle_next) {
+        if (!seg->idle)
+            problem(c, "segment 0x%llx is on the idle list but not marked idle",
+                    (unsigned long long)seg->base);
+        if (seg->idle_since_ns < last_idle)
+            problem(c, "the idle list of stream 0x%llx is not oldest first",
+                    (unsigned long long)h->stream);
+        last_idle = seg->idle_since_ns;
+    }
+    int64_t fences_queued = 0, fences_held = 0;
+    for (uint32_t i = 0; i < h->nqueues; i++) {
+        const struct fence_queue *q = &h->queues[i];
+        for (uint32_t k = 0; k < q->count; k++) {
+            const struct block *b = q->ring[(q->head + k) % q->cap].block;
+            if (b->state != BLOCK_PENDING)
+                problem(c, "a fence waits for block 0x%llx, which is not PENDING",
+                        (unsigned long long)b->addr);
+            fences_queued++;
+        }
+    }
+    for (struct block *b = h->pending_head; b; b = b->link_next)
+        fences_held += b->fences;
+    if (fences_queued != fences_held)
+        problem(c, "stream 0x%llx: %lld fences queued but PENDING blocks count %lld",
+                (unsigned long long)h->stream, (long long)fences_queued, (long long)fences_held);
+
+    /* The counters agree with the walk, per pool and in total. */
+    struct tally all;
+    memset(&all, 0, sizeof all);
+    for (int p = 0; p <= POOL_KINDS; p++) {
+        const struct tally *w = p < POOL_KINDS ? &tl[p] : &all;
+        int pub = p < POOL_KINDS ? public_pool((enum pool_kind)p) : TIDE_POOL_ALL;
+        const struct pool_stats *s = &h->stats.pool[pub];
+        check_counter(c, h, pub, "reserved_bytes", s->reserved.cur, w->reserved);
+        check_counter(c, h, pub, "allocated_bytes", s->allocated.cur, w->allocated);
+        check_counter(c, h, pub, "requested_bytes", s->requested.cur, w->requested);
+        check_counter(c, h, pub, "pending_free_bytes", s->pending.cur, w->pending);
+        check_counter(c, h, pub, "idle bytes", s->idle.cur, w->idle);
+        check_counter(c, h, pub, "allocation", s->allocation.cur, w->allocation);
+        check_counter(c, h, pub, "segment", s->segment.cur, w->segment);
+        check_counter(c, h, pub, "pending_free_blocks", s->pending_blocks.cur, w->pending_blocks);
+        if (p < POOL_KINDS) {
+            all.reserved += w->reserved;
+            all.allocated += w->allocated;
+            all.requested += w->requested;
+            all.pending += w->pending;
+            all.idle += w->idle;
+            all.allocation += w->allocation;
+            all.segment += w->segment;
+            all.pending_blocks += w->pending_blocks;
+        }
+    }
+    *reserved += all.reserved;
+}
+
+tide_status check_locked(tide_allocator *t)
+{
+    struct checker c;
+    memset(&c, 0, sizeof c);
+    int64_t reserved = 0;
+    uint32_t n = atomic_load(&t->nheaps);
+    for (uint32_t i = 0; i < n; i++)
+        check_heap(&c, t, t->heaps[i], &reserved);
+    if ((int64_t)t->reserved != reserved)
+        problem(&c, "reserved_bytes.all is %zu but the segments add up to %lld", t->reserved,
+                (long long)reserved);
+    if (c.problems == 0)
+        return TIDE_OK;
+    return tide__fail(TIDE_ECORRUPT, "tide_check: %u problem%s; the first: %s", c.problems,
+                      c.problems == 1 ? "" : "s", c.first);
+}

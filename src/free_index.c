@@ -1,0 +1,128 @@
+/*
+ * The free index: a two-level segregated fit (TLSF) over one pool's FREE blocks.
+ *
+ * A size in 512-byte units u maps to a class: below 32 units each unit count is its own class (first
+ * level 0); above, the first level is the power of two and the second splits it into 32 equal ranges, so
+ * a class is at most 1/32 (3%) wide. Two bitmaps say which classes hold blocks, so the next class that
+ * can serve a request is found with two bit scans, whatever the number of blocks.
+ */
+#include "internal.h"
+
+static inline unsigned msb64(uint64_t v) { return 63u - (unsigned)__builtin_clzll(v); }
+
+static void class_of(size_t size, unsigned *fl, unsigned *sl)
+{
+    uint64_t u = size / TIDE_UNIT;
+    if (u < FI_SL_COUNT) {
+        *fl = 0;
+        *sl = (unsigned)u;
+        return;
+    }
+    unsigned f = msb64(u);
+    *sl = (unsigned)(u >> (f - FI_SL_BITS)) - FI_SL_COUNT;
+    *fl = f - FI_SL_BITS + 1;
+    if (*fl >= FI_FL_COUNT) { /* beyond any real device; keep it in the last class */
+        *fl = FI_FL_COUNT - 1;
+        *sl = FI_SL_COUNT - 1;
+    }
+}
+
+void free_index_insert(struct free_index *fi, struct block *b)
+{
+    unsigned fl, sl;
+    class_of(b->size, &fl, &sl);
+    struct block *head = fi->heads[fl][sl];
+    b->link_prev = NULL;
+    b->link_next = head;
+    if (head)
+        head->link_prev = b;
+    fi->heads[fl][sl] = b;
+    fi->sl_bitmap[fl] |= 1u << sl;
+    fi->fl_bitmap |= 1ull << fl;
+    fi->count++;
+}
+
+void free_index_remove(struct free_index *fi, struct block *b)
+{
+    unsigned fl, sl;
+    class_of(b->size, &fl, &sl);
+    if (b->link_prev)
+        b->link_prev->link_next = b->link_next;
+    else
+        fi->heads[fl][sl] = b->link_next;
+    if (b->link_next)
+        b->link_next->link_prev = b->link_prev;
+    b->link_prev = b->link_next = NULL;
+    if (!fi->heads[fl][sl]) {
+        fi->sl_bitmap[fl] &= ~(1u << sl);
+        if (!fi->sl_bitmap[fl])
+            fi->fl_bitmap &= ~(1ull << fl);
+    }
+    fi->count--;
+}
+
+static bool acceptable(const struct block *b, size_t size, size_t oversize_min)
+{
+    if (b->size < oversize_min)
+        return true;
+    return size >= oversize_min && b->size - size < TIDE_OVERSIZE_SLACK;
+}
+
+/* The first class above (fl, sl) that holds blocks, or false. */
+static bool next_class(const struct free_index *fi, unsigned fl, unsigned sl, unsigned *ofl,
+                       unsigned *osl)
+{
+    uint32_t sl_map = sl + 1 < FI_SL_COUNT ? fi->sl_bitmap[fl] & (~0u << (sl + 1)) : 0;
+    if (sl_map) {
+        *ofl = fl;
+        *osl = (unsigned)__builtin_ctz(sl_map);
+        return true;
+    }
+    uint64_t fl_map = fl + 1 < 64 ? fi->fl_bitmap & (~0ull << (fl + 1)) : 0;
+    if (!fl_map)
+        return false;
+    *ofl = (unsigned)__builtin_ctzll(fl_map);
+    *osl = (unsigned)__builtin_ctz(fi->sl_bitmap[*ofl]);
+    return true;
+}
+
+struct block *free_index_find(const struct free_index *fi, size_t size, size_t oversize_min)
+{
+    unsigned fl, sl;
+    class_of(size, &fl, &sl);
+
+    /* The request's own class holds blocks both smaller and larger than it: take the smallest that
+     * fits among the first few. */
+    struct block *best = NULL;
+    unsigned seen = 0;
+    for (struct block *b = fi->heads[fl][sl]; b && seen < TIDE_FIT_SCAN; b = b->link_next, seen++) {
+        if (b->size < size || !acceptable(b, size, oversize_min))
+            continue;
+        if (b->size == size)
+            return b;
+        if (!best || b->size < best->size)
+            best = b;
+    }
+    if (best)
+        return best;
+
+    /* Every block of a higher class fits; the lowest such class wastes least. */
+    unsigned nfl, nsl;
+    if (!next_class(fi, fl, sl, &nfl, &nsl))
+        return NULL;
+    seen = 0;
+    for (struct block *b = fi->heads[nfl][nsl]; b && seen < TIDE_FIT_SCAN; b = b->link_next, seen++)
+        if (acceptable(b, size, oversize_min))
+            return b;
+    return NULL;
+}
+
+bool free_index_contains(const struct free_index *fi, const struct block *b)
+{
+    unsigned fl, sl;
+    class_of(b->size, &fl, &sl);
+    for (const struct block *x = fi->heads[fl][sl]; x; x = x->link_next)
+        if (x == b)
+            return true;
+    return false;
+}

@@ -1,0 +1,315 @@
+/*
+ * A heap: the blocks of one stream. It carves ACTIVE blocks out of FREE ones (splitting when the rest
+ * is worth keeping), merges FREE neighbours, keeps its wholly free segments in age order for the
+ * garbage collector, and keeps the pool statistics. Everything here runs under the heap's lock.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BLOCKS_PER_CHUNK 128
+
+struct block_chunk {
+    struct block_chunk *next;
+    struct block blocks[BLOCKS_PER_CHUNK];
+};
+
+uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+enum pool_kind pool_for_size(size_t rounded)
+{
+    return rounded <= TIDE_SMALL_MAX ? POOL_SMALL : POOL_LARGE;
+}
+
+size_t segment_size_for(enum pool_kind pool, size_t rounded)
+{
+    if (pool == POOL_SMALL)
+        return TIDE_SMALL_SEGMENT;
+    if (rounded < TIDE_LARGE_DIRECT_MIN)
+        return TIDE_LARGE_SEGMENT;
+    return round_up(rounded, TIDE_SEGMENT_GRANULE);
+}
+
+/* ---- block structs: carved from chunks, recycled, freed with the heap ----------------------------- */
+
+struct block *block_new(struct heap *h)
+{
+    if (!h->spare_blocks) {
+        struct block_chunk *c = calloc(1, sizeof *c);
+        if (!c)
+            return NULL;
+        c->next = h->chunks;
+        h->chunks = c;
+        for (size_t i = 0; i < BLOCKS_PER_CHUNK; i++) {
+            c->blocks[i].next = h->spare_blocks;
+            h->spare_blocks = &c->blocks[i];
+        }
+    }
+    struct block *b = h->spare_blocks;
+    h->spare_blocks = b->next;
+    memset(b, 0, sizeof *b);
+    return b;
+}
+
+void block_recycle(struct heap *h, struct block *b)
+{
+    block_uses_clear(b);
+    b->state = BLOCK_FREE;
+    b->seg = NULL;
+    b->next = h->spare_blocks;
+    h->spare_blocks = b;
+}
+
+/* ---- creation -------------------------------------------------------------------------------------- */
+
+tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, struct heap **out)
+{
+    struct heap *h = calloc(1, sizeof *h);
+    if (!h)
+        return tide__fail(TIDE_EHOSTMEM, "out of host memory creating the heap of stream 0x%llx",
+                          (unsigned long long)stream);
+    if (pthread_mutex_init(&h->lock, NULL) != 0) {
+        free(h);
+        return tide__fail(TIDE_EHOSTMEM, "could not create a mutex for stream 0x%llx",
+                          (unsigned long long)stream);
+    }
+    h->owner = t;
+    h->stream = stream;
+    h->index = index;
+    *out = h;
+    return TIDE_OK;
+}
+
+void heap_destroy(struct heap *h)
+{
+    if (!h)
+        return;
+    for (uint32_t i = 0; i < h->nqueues; i++)
+        free(h->queues[i].ring);
+    free(h->queues);
+    free(h->fence_pool);
+    ptr_map_free(&h->map);
+    while (h->chunks) {
+        struct block_chunk *c = h->chunks;
+        h->chunks = c->next;
+        for (size_t i = 0; i < BLOCKS_PER_CHUNK; i++)
+            free(c->blocks[i].uses_more);
+        free(c);
+    }
+    pthread_mutex_destroy(&h->lock);
+    free(h);
+}
+
+/* ---- wholly free segments ------------------------------------------------------------------------- */
+
+static bool covers_segment(const struct block *b) { return b->size == b->seg->size; }
+
+static void idle_append(struct heap *h, struct segment *seg)
+{
+    seg->idle = true;
+    seg->idle_since_ns = now_ns();
+    seg->idle_next = NULL;
+    seg->idle_prev = h->idle_tail;
+    if (h->idle_tail)
+        h->idle_tail->idle_next = seg;
+    else
+        h->idle_head = seg;
+    h->idle_tail = seg;
+    stats_on_idle(&h->stats, seg->pool, (int64_t)seg->size, +1);
+}
+
+static void idle_unlink(struct heap *h, struct segment *seg)
+{
+    if (seg->idle_prev)
+        seg->idle_prev->idle_next = seg->idle_next;
+    else
+        h->idle_head = seg->idle_next;
+    if (seg->idle_next)
+        seg->idle_next->idle_prev = seg->idle_prev;
+    else
+        h->idle_tail = seg->idle_prev;
+    seg->idle_prev = seg->idle_next = NULL;
+    seg->idle = false;
+    stats_on_idle(&h->stats, seg->pool, (int64_t)seg->size, -1);
+}
+
+static void segment_link(struct heap *h, struct segment *seg)
+{
+    seg->prev = NULL;
+    seg->next = h->segments;
+    if (h->segments)
+        h->segments->prev = seg;
+    h->segments = seg;
+}
+
+static void segment_unlink(struct heap *h, struct segment *seg)
+{
+    if (seg->prev)
+        seg->prev->next = seg->next;
+    else
+        h->segments = seg->next;
+    if (seg->next)
+        seg->next->prev = seg->prev;
+    seg->prev = seg->next = NULL;
+}
+
+/* ---- taking and returning blocks ------------------------------------------------------------------ */
+
+static bool worth_splitting(const struct block *b, size_t rounded, size_t oversize_min)
+{
+    size_t rest = b->size - rounded;
+    if (b->seg->pool == POOL_SMALL)
+        return rest >= TIDE_UNIT;
+    /* Oversize blocks stay whole, as max_split_size_mb promises. */
+    return b->size < oversize_min && rest > TIDE_LARGE_SPLIT_MIN_REST;
+}
+
+/* Makes the FREE block b ACTIVE for rounded bytes, splitting off the rest if worth it. */
+static struct block *take_block(struct heap *h, struct block *b, size_t rounded, size_t requested,
+                                tide_status *status)
+{
+    struct free_index *fi = &h->free[b->seg->pool];
+    /* The only step that can fail comes first, so a failure changes nothing. */
+    tide_status s = ptr_map_insert(&h->map, b);
+    if (s != TIDE_OK) {
+        *status = s;
+        return NULL;
+    }
+    free_index_remove(fi, b);
+    if (b->seg->idle)
+        idle_unlink(h, b->seg);
+
+    if (worth_splitting(b, rounded, h->owner->conf.max_split_size)) {
+        struct block *rest = block_new(h);
+        if (rest) { /* without host memory for a block struct, hand out the whole block instead */
+            rest->seg = b->seg;
+            rest->addr = b->addr + rounded;
+            rest->size = b->size - rounded;
+            rest->prev = b;
+            rest->next = b->next;
+            if (b->next)
+                b->next->prev = rest;
+            b->next = rest;
+            b->size = rounded;
+            rest->state = BLOCK_FREE;
+            free_index_insert(fi, rest);
+        }
+    }
+    b->state = BLOCK_ACTIVE;
+    b->requested = requested;
+    b->refs = 0;
+
+    stats_on_allocate(&h->stats, b->seg->pool, (int64_t)b->size, (int64_t)requested);
+    return b;
+}
+
+struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
+                            tide_status *status)
+{
+    struct block *b = free_index_find(&h->free[pool], rounded, h->owner->conf.max_split_size);
+    if (!b)
+        return NULL;
+    return take_block(h, b, rounded, requested, status);
+}
+
+struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rounded,
+                                 size_t requested, tide_status *status)
+{
+    struct block *b = block_new(h);
+    if (!b) {
+        *status = tide__fail(TIDE_EHOSTMEM, "out of host memory for a block");
+        return NULL;
+    }
+    b->seg = seg;
+    b->addr = seg->base;
+    b->size = seg->size;
+    b->state = BLOCK_FREE;
+    seg->first = b;
+    atomic_store_explicit(&seg->heap, h, memory_order_release);
+    segment_link(h, seg);
+
+    stats_on_segment(&h->stats, seg->pool, (int64_t)seg->size, +1);
+    free_index_insert(&h->free[seg->pool], b);
+    idle_append(h, seg);
+    if (rounded == 0)
+        return b;
+    return take_block(h, b, rounded, requested, status);
+}
+
+void heap_make_free(struct heap *h, struct block *b)
+{
+    struct free_index *fi = &h->free[b->seg->pool];
+    b->state = BLOCK_FREE;
+    b->requested = 0;
+    block_uses_clear(b);
+    /* Merge with FREE neighbours. A PENDING or ACTIVE neighbour is left alone. */
+    struct block *prev = b->prev;
+    if (prev && prev->state == BLOCK_FREE) {
+        free_index_remove(fi, prev);
+        prev->size += b->size;
+        prev->next = b->next;
+        if (b->next)
+            b->next->prev = prev;
+        block_recycle(h, b);
+        b = prev;
+    }
+    struct block *next = b->next;
+    if (next && next->state == BLOCK_FREE) {
+        free_index_remove(fi, next);
+        b->size += next->size;
+        b->next = next->next;
+        if (next->next)
+            next->next->prev = b;
+        block_recycle(h, next);
+    }
+    free_index_insert(fi, b);
+    if (covers_segment(b))
+        idle_append(h, b->seg);
+}
+
+/* ---- releasing and re-adopting whole segments -------------------------------------------------------- */
+
+size_t heap_detach_idle(struct heap *h, uint64_t before_ns, size_t want, struct segment **out)
+{
+    size_t detached = 0;
+    while (detached < want && h->idle_head && h->idle_head->idle_since_ns <= before_ns) {
+        struct segment *seg = h->idle_head;
+        struct block *b = seg->first;
+        idle_unlink(h, seg);
+        free_index_remove(&h->free[seg->pool], b);
+        block_recycle(h, b);
+        seg->first = NULL;
+        segment_unlink(h, seg);
+        atomic_store_explicit(&seg->heap, NULL, memory_order_release);
+
+        stats_on_segment(&h->stats, seg->pool, (int64_t)seg->size, -1);
+
+        seg->next = *out;
+        *out = seg;
+        detached += seg->size;
+    }
+    return detached;
+}
+
+void heap_reattach_idle(struct heap *h, struct segment *seg)
+{
+    tide_status ignored;
+    /* A block struct for it was freed moments ago; if even that fails, the segment is lost to reuse
+     * but stays counted by the backend, which tide_check reports. */
+    (void)heap_adopt_segment(h, seg, 0, 0, &ignored);
+}
+
+struct block *segment_block_at(struct segment *seg, uintptr_t addr)
+{
+    for (struct block *b = seg->first; b; b = b->next)
+        if (addr >= b->addr && addr < b->addr + b->size)
+            return b;
+    return NULL;
+}

@@ -1,0 +1,314 @@
+/*
+ * tidepool's internal header: the data structures every file shares, and each file's functions, grouped
+ * under the file that owns them.
+ *
+ * The shape of the allocator:
+ *
+ *   tide_allocator ── one per device
+ *     ├─ heaps: one per stream that has allocated. A heap owns its segments, its blocks, a free index per
+ *     │  pool, a pointer map of the blocks users hold, its PENDING blocks and its fences, and its
+ *     │  statistics, all under the heap's own lock. Threads on different streams never share a lock on
+ *     │  the fast path.
+ *     ├─ the segment map: device address -> segment, read without locks, for tide_free & co to find the
+ *     │  heap that owns a pointer.
+ *     └─ the pressure lock: every segment reservation and release, the out-of-memory ladder,
+ *        tide_empty_cache, tide_trim and tide_check run under it. Lock order: pressure, then one heap at a
+ *        time (all heaps in index order only for tide_check and tide_destroy). No heap lock is ever held
+ *        while waiting for the device, because completion callbacks (tide_release) take heap locks.
+ *
+ * All bookkeeping is in host memory, addressed by device address; device memory is never touched.
+ */
+#ifndef TIDE_INTERNAL_H
+#define TIDE_INTERNAL_H
+
+#include "tidepool.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- Sizes: may be tuned ------------------------------------------------------------------------ */
+#define KiB ((size_t)1024)
+#define MiB (1024 * KiB)
+#define GiB (1024 * MiB)
+
+#define TIDE_UNIT 512                         /* every block size is a multiple of this */
+#define TIDE_SMALL_MAX (1 * MiB)              /* requests up to this come from the small pool */
+#define TIDE_SMALL_SEGMENT (2 * MiB)          /* segment size of the small pool */
+#define TIDE_LARGE_SEGMENT (20 * MiB)         /* segment size for large requests below ... */
+#define TIDE_LARGE_DIRECT_MIN (10 * MiB)      /* ... this; larger ones get a segment of their own size */
+#define TIDE_LARGE_SPLIT_MIN_REST (1 * MiB)   /* a large block is split only if more than this is left */
+#define TIDE_OVERSIZE_SLACK (20 * MiB)        /* an oversize block may be this much larger than asked */
+#define TIDE_FIT_SCAN 16                      /* blocks compared in the request's own size class */
+
+/* ---- Sizes: do not modify (the segment map and the free index depend on them) ------------------ */
+#define TIDE_SEGMENT_GRANULE_SHIFT 21         /* segments are multiples of 2 MiB */
+#define TIDE_SEGMENT_GRANULE ((size_t)1 << TIDE_SEGMENT_GRANULE_SHIFT)
+#define TIDE_MAX_HEAPS 1024                   /* streams one allocator serves */
+
+enum pool_kind { POOL_SMALL = 0, POOL_LARGE = 1, POOL_KINDS = 2 };
+enum block_state { BLOCK_FREE = 0, BLOCK_ACTIVE = 1, BLOCK_PENDING = 2 };
+
+struct heap;
+struct segment;
+
+/* A block: a run of bytes in one segment, in exactly one state. */
+struct block {
+    uintptr_t addr;
+    size_t size;                      /* a multiple of TIDE_UNIT */
+    size_t requested;                 /* ACTIVE: what the user asked for */
+    struct segment *seg;
+    struct block *prev, *next;        /* physical neighbours in the segment, by address */
+    struct block *link_prev, *link_next; /* FREE: the free index's bucket; PENDING: the heap's pending list */
+    uint8_t state;                    /* enum block_state */
+    uint8_t needs_sync;               /* PENDING: a fence could not be recorded; a device synchronize
+                                         that starts after sync_seq frees it */
+    uint16_t fences;                  /* PENDING: fences recorded at free and not yet signalled */
+    uint32_t refs;                    /* references held by in-flight work (tide_retain) */
+    uint64_t sync_seq;                /* PENDING with needs_sync: the allocator's pending sequence */
+    uint16_t nuses, uses_cap;         /* streams other than the heap's that used the block */
+    tide_stream uses_inline[2];
+    tide_stream *uses_more;           /* when more than two streams used it */
+};
+
+/* A segment: one reservation from the backend, owned by one heap and one pool for its whole life. */
+struct segment {
+    uintptr_t base;
+    size_t size;                      /* a multiple of TIDE_SEGMENT_GRANULE */
+    uint8_t pool;                     /* enum pool_kind */
+    _Atomic(struct heap *) heap;      /* written under that heap's lock; read by the segment map */
+    _Atomic(uintptr_t) map_base, map_end; /* what segment-map readers compare, without locks */
+    struct block *first;              /* the lowest-addressed block */
+    struct segment *prev, *next;      /* the heap's list of segments */
+    struct segment *idle_prev, *idle_next; /* the heap's list of wholly free segments, oldest first */
+    bool idle;
+    uint64_t idle_since_ns;
+};
+
+/* ---- free_index.c: two-level segregated fit over the FREE blocks of one pool of one heap --------- */
+#define FI_SL_BITS 5
+#define FI_SL_COUNT (1u << FI_SL_BITS)
+#define FI_FL_COUNT 48
+
+struct free_index {
+    uint64_t fl_bitmap;
+    uint32_t sl_bitmap[FI_FL_COUNT];
+    struct block *heads[FI_FL_COUNT][FI_SL_COUNT];
+    size_t count;
+};
+void free_index_insert(struct free_index *fi, struct block *b);
+void free_index_remove(struct free_index *fi, struct block *b);
+/* The best block found for size: in size's own class the smallest fitting among the first few, else the
+ * first block of the next non-empty class. Blocks of oversize_min bytes or more are taken only by
+ * requests of oversize_min or more, and only if no more than TIDE_OVERSIZE_SLACK larger. */
+struct block *free_index_find(const struct free_index *fi, size_t size, size_t oversize_min);
+bool free_index_contains(const struct free_index *fi, const struct block *b);
+
+/* ---- ptr_map.c: address -> block for the blocks users hold (ACTIVE and PENDING), per heap -------- */
+struct ptr_map {
+    struct block **slots;
+    size_t cap;                       /* a power of two, or 0 */
+    size_t count;
+};
+tide_status ptr_map_insert(struct ptr_map *m, struct block *b);
+struct block *ptr_map_get(const struct ptr_map *m, uintptr_t addr);
+void ptr_map_remove(struct ptr_map *m, uintptr_t addr);
+void ptr_map_free(struct ptr_map *m);
+
+/* ---- segment_map.c: device address -> segment, lock-free reads ----------------------------------- */
+struct segment_map_leaf;
+struct segment_map_mid;
+struct segment_map {
+    _Atomic(struct segment_map_mid *) *top;
+};
+tide_status segment_map_init(struct segment_map *sm);
+void segment_map_free(struct segment_map *sm);
+/* Both under the pressure lock. */
+tide_status segment_map_add(struct segment_map *sm, struct segment *seg);
+void segment_map_remove(struct segment_map *sm, struct segment *seg);
+/* Any thread, no lock. The answer is a hint: confirm it under the owning heap's lock. */
+struct segment *segment_map_find(const struct segment_map *sm, uintptr_t addr);
+
+/* ---- config.c ------------------------------------------------------------------------------------ */
+struct tide_config {
+    bool limit_set;
+    size_t limit_bytes;               /* when limit_fraction is 0 */
+    double limit_fraction;            /* 0 < f <= 1, or 0 */
+    double gc_threshold;              /* 0 = off */
+    size_t max_split_size;            /* SIZE_MAX = unlimited */
+    int debug;
+    bool expandable_segments;
+};
+void config_defaults(struct tide_config *c);
+/* Applies "key:value,..." on top of *c. origin names the string in messages ("TIDEPOOL_CONF"). On
+ * error, *c is unchanged. */
+tide_status config_parse(struct tide_config *c, const char *text, const char *origin);
+/* Parses "8GiB", "512MB", "4096"; false if malformed. */
+bool parse_size(const char *text, size_t len, uint64_t *out);
+
+/* ---- error.c ------------------------------------------------------------------------------------- */
+tide_status tide__fail(tide_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sets "<context>: <the backend's words>" (or the status's name if the backend gave none since the
+ * last tide__clear_backend_message) and returns status. */
+tide_status tide__fail_with_context(tide_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Call before calling into a backend. */
+void tide__clear_backend_message(void);
+/* "512 B", "1.5 MiB", "2.0 GiB". */
+const char *format_bytes(uint64_t bytes, char buf[32]);
+
+/* ---- stats.c: per-heap counters, summed on request ----------------------------------------------- */
+struct counter {
+    int64_t cur, peak;
+};
+struct pool_stats {
+    struct counter reserved, allocated, requested, pending, idle;  /* bytes */
+    struct counter allocation, segment, pending_blocks;            /* counts */
+    /* derived from the above (active = allocated + pending, cached = reserved - active, inactive split
+     * = cached - idle); kept only for their peaks */
+    int64_t active_peak, cached_peak, inactive_split_peak;
+};
+struct heap_stats {
+    struct pool_stats pool[TIDE_POOL_COUNT];   /* indexed by TIDE_POOL_ALL / _SMALL / _LARGE */
+    uint64_t num_pending_drained;
+    uint64_t num_fence_errors;
+};
+/* Each event updates its pool and TIDE_POOL_ALL. */
+void stats_on_allocate(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int64_t requested);
+void stats_on_free(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int64_t requested);
+void stats_on_pending(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int delta);
+void stats_on_segment(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int delta);
+void stats_on_idle(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int delta);
+void heap_stats_reset_peaks(struct heap_stats *s);
+/* Under allocator_lock_all. */
+void stats_collect_locked(tide_allocator *t, tide_stats *out);
+/* snprintf-style: the length the whole text needs. */
+size_t stats_to_json(const tide_stats *s, char *buf, size_t cap);
+static inline int public_pool(enum pool_kind pool) { return pool == POOL_SMALL ? TIDE_POOL_SMALL : TIDE_POOL_LARGE; }
+
+/* ---- heap.c: one stream's blocks -------------------------------------------------------------------- */
+struct fence_entry {
+    void *fence;
+    struct block *block;
+    uint64_t seq;                     /* the allocator's pending sequence when recorded */
+};
+struct fence_queue {                  /* fences recorded on one stream, oldest first */
+    tide_stream stream;
+    struct fence_entry *ring;
+    uint32_t head, count, cap;
+};
+struct block_chunk;
+
+struct heap {
+    pthread_mutex_t lock;
+    tide_allocator *owner;
+    tide_stream stream;
+    uint32_t index;
+    struct free_index free[POOL_KINDS];
+    struct ptr_map map;
+    struct segment *segments;                 /* all segments, newest first */
+    struct segment *idle_head, *idle_tail;    /* wholly free segments, oldest first */
+    struct block *pending_head, *pending_tail;/* PENDING blocks, in order of free */
+    struct fence_queue *queues;
+    uint32_t nqueues, queues_cap;
+    void **fence_pool;                        /* created, unused fences */
+    uint32_t nfence_pool, fence_pool_cap;
+    struct block *spare_blocks;               /* recycled block structs */
+    struct block_chunk *chunks;
+    struct heap_stats stats;
+};
+
+tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, struct heap **out);
+/* Frees the heap's bookkeeping; its segments must have been released. */
+void heap_destroy(struct heap *h);
+/* Size class rules. */
+enum pool_kind pool_for_size(size_t rounded);
+size_t segment_size_for(enum pool_kind pool, size_t rounded);
+/* Under h->lock: find a FREE block for rounded bytes and make it ACTIVE. NULL if none fits. */
+struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
+                            tide_status *status);
+/* Under h->lock: a freshly reserved segment joins the heap, and a block of rounded bytes is taken from
+ * it (if rounded > 0). */
+struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rounded, size_t requested,
+                                 tide_status *status);
+/* Under h->lock: make a block FREE, merge it with its FREE neighbours, file it. */
+void heap_make_free(struct heap *h, struct block *b);
+/* Under h->lock: detach wholly free segments (oldest first) idle since at or before `before_ns`, until
+ * `want` bytes are detached; they go on *out (linked by next). Returns the bytes detached. */
+size_t heap_detach_idle(struct heap *h, uint64_t before_ns, size_t want, struct segment **out);
+/* Under h->lock: put back a segment whose release failed. */
+void heap_reattach_idle(struct heap *h, struct segment *seg);
+struct block *block_new(struct heap *h);
+void block_recycle(struct heap *h, struct block *b);
+/* The block of h's segment seg that contains addr, by walking (slow; for messages). */
+struct block *segment_block_at(struct segment *seg, uintptr_t addr);
+uint64_t now_ns(void);
+
+/* ---- lifecycle.c: ACTIVE -> PENDING -> FREE ------------------------------------------------------ */
+tide_status lifecycle_free(struct heap *h, struct block *b);
+tide_status lifecycle_record_stream(struct heap *h, struct block *b, tide_stream stream);
+tide_status lifecycle_release(struct heap *h, struct block *b);
+/* Under h->lock: drain PENDING blocks whose fences have signalled (oldest first, stopping at the first
+ * unsignalled fence of each stream). Returns the number of blocks that became FREE. */
+size_t lifecycle_poll(struct heap *h);
+/* Under h->lock, after a device synchronize that began when the pending sequence was sync_seq: every
+ * fence recorded and every synchronize owed before it is done. Returns blocks that became FREE. */
+size_t lifecycle_after_sync(struct heap *h, uint64_t sync_seq);
+void block_uses_clear(struct block *b);
+/* Destroys every fence the heap holds (idle pool and queues). Under h->lock, device synchronized. */
+void lifecycle_destroy_fences(struct heap *h);
+
+/* ---- pressure.c: segments from the backend, limits, GC, the out-of-memory ladder, emptying -------- */
+/* Allocates from a new segment or after freeing memory; called when the fast path found no fit.
+ * No lock held. */
+tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
+                            size_t requested, struct block **out);
+tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report);
+tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report *report);
+tide_status pressure_set_limit(tide_allocator *t, size_t bytes);
+/* Releases every segment regardless (tide_destroy). Under the pressure lock. */
+void pressure_release_everything(tide_allocator *t);
+
+/* ---- check.c ------------------------------------------------------------------------------------- */
+/* Under the pressure lock and every heap lock. */
+tide_status check_locked(tide_allocator *t);
+
+/* ---- allocator.c --------------------------------------------------------------------------------- */
+struct tide_allocator {
+    tide_backend backend;
+    uint64_t id;                              /* unique in the process, for thread-local caches */
+    struct tide_config conf;
+    size_t device_total;
+
+    pthread_mutex_t pressure;                 /* see the top of this file */
+    size_t limit;                             /* under pressure; read racily by the fast path */
+    size_t gc_threshold;                      /* 0 = off */
+    size_t reserved;                          /* total, under pressure */
+    size_t reserved_peak;
+    struct segment *spare_segments;           /* recycled segment structs, under pressure */
+    struct segment_map segmap;
+    uint64_t num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_sync_all_streams,
+        num_gc_released;                      /* under pressure */
+
+    pthread_mutex_t heaps_lock;               /* serializes heap creation */
+    _Atomic(struct heap *) heap_table[2 * TIDE_MAX_HEAPS]; /* open addressing by stream */
+    struct heap *heaps[TIDE_MAX_HEAPS];       /* by index */
+    _Atomic(uint32_t) nheaps;
+
+    _Atomic(uint64_t) pending_seq;            /* stamps fences and owed synchronizes */
+};
+
+/* Locks the pressure lock and every heap, in order (tide_check, tide_destroy, stats). */
+void allocator_lock_all(tide_allocator *t);
+void allocator_unlock_all(tide_allocator *t);
+/* Synchronizes the device and drains every heap by it. Under the pressure lock, no heap lock. */
+tide_status allocator_synchronize_and_drain(tide_allocator *t, uint64_t *drained);
+/* Runs tide_check if the debug level asks for it; aborts on corruption. */
+void allocator_debug_check(tide_allocator *t, int level_needed, const char *after);
+
+static inline size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+#endif /* TIDE_INTERNAL_H */

@@ -1,0 +1,431 @@
+/*
+ * Memory pressure: everything that reserves segments from the backend or gives them back. All of it
+ * runs under the pressure lock, one heap lock at a time inside it, and never holds a heap lock while
+ * waiting for the device.
+ *
+ * When tide_malloc finds no FREE block that fits, it comes here:
+ *   0. reserve a new segment (releasing the oldest idle segments first if the garbage-collection
+ *      threshold would be crossed); if the usual segment size does not fit, try the request's own size;
+ *   1. drain the PENDING blocks of every heap whose fences have signalled, retry the fit, then grow;
+ *   2. release every wholly free segment of every heap, then grow;
+ *   3. synchronize the device, drain, release, retry the fit, then grow;
+ *   4. fail with TIDE_ENOMEM and a report of where the memory is.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- segments in and out --------------------------------------------------------------------------- */
+
+static struct segment *segment_struct(tide_allocator *t)
+{
+    struct segment *seg = t->spare_segments;
+    if (seg)
+        t->spare_segments = seg->next;
+    else if (!(seg = malloc(sizeof *seg)))
+        return NULL;
+    memset(seg, 0, sizeof *seg);
+    return seg;
+}
+
+static void segment_struct_recycle(tide_allocator *t, struct segment *seg)
+{
+    seg->next = t->spare_segments;
+    t->spare_segments = seg;
+}
+
+/* Reserves a segment of size bytes, within the limit. TIDE_ENOMEM without a message when the limit or
+ * the device says no; other errors with a message. */
+static tide_status reserve_segment(tide_allocator *t, enum pool_kind pool, size_t size,
+                                   struct segment **out)
+{
+    if (size > t->limit || t->reserved > t->limit - size)
+        return TIDE_ENOMEM;
+    struct segment *seg = segment_struct(t);
+    if (!seg)
+        return tide__fail(TIDE_EHOSTMEM, "out of host memory for a segment");
+    const tide_backend *be = &t->backend;
+    uintptr_t addr = 0;
+    tide__clear_backend_message();
+    tide_status s = be->reserve(be->ctx, size, &addr);
+    if (s != TIDE_OK) {
+        segment_struct_recycle(t, seg);
+        if (s == TIDE_ENOMEM)
+            return TIDE_ENOMEM;
+        char sz[32];
+        return tide__fail_with_context(s, "reserving a segment of %s from the %s backend",
+                                       format_bytes(size, sz), be->name);
+    }
+    if (addr == 0 || addr % TIDE_UNIT) {
+        be->release(be->ctx, addr, size);
+        segment_struct_recycle(t, seg);
+        return tide__fail(TIDE_EDEVICE, "the %s backend returned address 0x%llx for a segment: not "
+                          "aligned to %d bytes", be->name, (unsigned long long)addr, TIDE_UNIT);
+    }
+    seg->base = addr;
+    seg->size = size;
+    seg->pool = (uint8_t)pool;
+    s = segment_map_add(&t->segmap, seg);
+    if (s != TIDE_OK) {
+        be->release(be->ctx, addr, size);
+        segment_struct_recycle(t, seg);
+        return s;
+    }
+    t->reserved += size;
+    if (t->reserved > t->reserved_peak)
+        t->reserved_peak = t->reserved;
+    t->num_device_alloc++;
+    *out = seg;
+    return TIDE_OK;
+}
+
+/* Gives detached segments back to the backend. A segment the backend refuses to take goes back to its
+ * heap as idle, so nothing is lost; the first such error is returned. */
+static tide_status release_segments(tide_allocator *t, struct segment *list, tide_release_report *r)
+{
+    const tide_backend *be = &t->backend;
+    tide_status first_error = TIDE_OK;
+    for (struct segment *seg = list, *next; seg; seg = next) {
+        next = seg->next;
+        segment_map_remove(&t->segmap, seg);
+        tide__clear_backend_message();
+        tide_status s = be->release(be->ctx, seg->base, seg->size);
+        if (s == TIDE_OK) {
+            t->reserved -= seg->size;
+            t->num_device_free++;
+            if (r) {
+                r->released_bytes += seg->size;
+                r->released_segments++;
+            }
+            segment_struct_recycle(t, seg);
+            continue;
+        }
+        if (first_error == TIDE_OK) {
+            char sz[32];
+            first_error = tide__fail_with_context(s, "releasing a segment of %s at 0x%llx to the %s "
+                                                  "backend", format_bytes(seg->size, sz),
+                                                  (unsigned long long)seg->base, be->name);
+        }
+        struct heap *h = atomic_load(&seg->heap);
+        if (segment_map_add(&t->segmap, seg) != TIDE_OK)
+            continue; /* cannot happen: the map's tables for it exist already */
+        pthread_mutex_lock(&h->lock);
+        heap_reattach_idle(h, seg);
+        pthread_mutex_unlock(&h->lock);
+    }
+    return first_error;
+}
+
+static uint32_t heap_count(tide_allocator *t) { return atomic_load(&t->nheaps); }
+
+/* Releases idle segments of every heap, oldest first across heaps, until `want` bytes are released. */
+static tide_status release_oldest(tide_allocator *t, size_t want, tide_release_report *r,
+                                  size_t *released)
+{
+    size_t done = 0;
+    tide_status first_error = TIDE_OK;
+    while (done < want) {
+        struct heap *oldest = NULL;
+        uint64_t oldest_ns = UINT64_MAX;
+        for (uint32_t i = 0; i < heap_count(t); i++) {
+            struct heap *h = t->heaps[i];
+            pthread_mutex_lock(&h->lock);
+            if (h->idle_head && h->idle_head->idle_since_ns <= oldest_ns) {
+                oldest = h;
+                oldest_ns = h->idle_head->idle_since_ns;
+            }
+            pthread_mutex_unlock(&h->lock);
+        }
+        if (!oldest)
+            break;
+        struct segment *list = NULL;
+        pthread_mutex_lock(&oldest->lock);
+        size_t got = heap_detach_idle(oldest, oldest_ns, 1, &list);
+        pthread_mutex_unlock(&oldest->lock);
+        if (!got)
+            continue; /* it was reused meanwhile */
+        tide_status s = release_segments(t, list, r);
+        if (s != TIDE_OK) {
+            if (first_error == TIDE_OK)
+                first_error = s;
+            break; /* the backend is refusing: do not spin on it */
+        }
+        done += got;
+    }
+    if (released)
+        *released = done;
+    return first_error;
+}
+
+static tide_status release_all_idle(tide_allocator *t, tide_release_report *r)
+{
+    tide_status first_error = TIDE_OK;
+    for (uint32_t i = 0; i < heap_count(t); i++) {
+        struct heap *h = t->heaps[i];
+        struct segment *list = NULL;
+        pthread_mutex_lock(&h->lock);
+        heap_detach_idle(h, UINT64_MAX, SIZE_MAX, &list);
+        pthread_mutex_unlock(&h->lock);
+        tide_status s = release_segments(t, list, r);
+        if (s != TIDE_OK && first_error == TIDE_OK)
+            first_error = s;
+    }
+    return first_error;
+}
+
+/* ---- draining ---------------------------------------------------------------------------------------- */
+
+static size_t poll_all(tide_allocator *t)
+{
+    size_t drained = 0;
+    for (uint32_t i = 0; i < heap_count(t); i++) {
+        struct heap *h = t->heaps[i];
+        pthread_mutex_lock(&h->lock);
+        drained += lifecycle_poll(h);
+        pthread_mutex_unlock(&h->lock);
+    }
+    return drained;
+}
+
+tide_status allocator_synchronize_and_drain(tide_allocator *t, uint64_t *drained)
+{
+    const tide_backend *be = &t->backend;
+    uint64_t seq = atomic_load(&t->pending_seq);
+    tide__clear_backend_message();
+    tide_status s = be->synchronize(be->ctx);
+    uint64_t n = 0;
+    if (s == TIDE_OK) {
+        t->num_sync_all_streams++;
+        for (uint32_t i = 0; i < heap_count(t); i++) {
+            struct heap *h = t->heaps[i];
+            pthread_mutex_lock(&h->lock);
+            n += lifecycle_after_sync(h, seq);
+            n += lifecycle_poll(h);
+            pthread_mutex_unlock(&h->lock);
+        }
+    } else {
+        s = tide__fail_with_context(s, "synchronizing the %s device", be->name);
+        n += poll_all(t);
+    }
+    if (drained)
+        *drained = n;
+    return s;
+}
+
+/* ---- growing ----------------------------------------------------------------------------------------- */
+
+static struct block *retry_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
+                               tide_status *status)
+{
+    pthread_mutex_lock(&h->lock);
+    struct block *b = heap_take_fit(h, pool, rounded, requested, status);
+    pthread_mutex_unlock(&h->lock);
+    return b;
+}
+
+/* Reserves a segment for the request and takes the block from it. */
+static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
+                        size_t requested, struct block **out)
+{
+    size_t sizes[2] = {segment_size_for(pool, rounded), round_up(rounded, TIDE_SEGMENT_GRANULE)};
+    int nsizes = sizes[1] < sizes[0] ? 2 : 1;
+    for (int i = 0; i < nsizes; i++) {
+        size_t size = sizes[i];
+        if (t->gc_threshold && t->reserved + size > t->gc_threshold) {
+            tide_release_report gc = {0};
+            release_oldest(t, t->reserved + size - t->gc_threshold, &gc, NULL);
+            t->num_gc_released += gc.released_segments;
+        }
+        struct segment *seg = NULL;
+        tide_status s = reserve_segment(t, pool, size, &seg);
+        if (s == TIDE_ENOMEM)
+            continue;
+        if (s != TIDE_OK)
+            return s;
+        pthread_mutex_lock(&h->lock);
+        struct block *b = heap_adopt_segment(h, seg, rounded, requested, &s);
+        pthread_mutex_unlock(&h->lock);
+        if (!b)
+            return s;
+        *out = b;
+        return TIDE_OK;
+    }
+    return TIDE_ENOMEM;
+}
+
+/* Bytes per state over every heap, for the out-of-memory report. */
+struct where {
+    int64_t allocated, pending, cached, idle;
+};
+
+static struct where where_is_memory(tide_allocator *t)
+{
+    struct where w = {0, 0, 0, 0};
+    for (uint32_t i = 0; i < heap_count(t); i++) {
+        struct heap *h = t->heaps[i];
+        pthread_mutex_lock(&h->lock);
+        const struct pool_stats *p = &h->stats.pool[TIDE_POOL_ALL];
+        w.allocated += p->allocated.cur;
+        w.pending += p->pending.cur;
+        w.cached += p->reserved.cur - p->allocated.cur - p->pending.cur;
+        w.idle += p->idle.cur;
+        pthread_mutex_unlock(&h->lock);
+    }
+    return w;
+}
+
+static tide_status out_of_memory(tide_allocator *t, struct heap *h, size_t requested)
+{
+    const tide_backend *be = &t->backend;
+    size_t dev_free = 0, dev_total = 0;
+    bool known = be->mem_info(be->ctx, &dev_free, &dev_total) == TIDE_OK;
+    struct where w = where_is_memory(t);
+    char asked[32], fr[32], tot[32], res[32], lim[32], al[32], pe[32], ca[32], rel[32];
+    t->num_ooms++;
+    return tide__fail(
+        TIDE_ENOMEM,
+        "out of memory: asked %s on stream 0x%llx; %s%s free on the device of %s; reserved %s "
+        "(limit %s): %s allocated, %s pending free (still used by the device), %s cached of which %s "
+        "releasable (the rest is in partly used segments; max_split_size_mb or a lower "
+        "garbage_collection_threshold may help)",
+        format_bytes(requested, asked), (unsigned long long)h->stream, known ? "" : "unknown, ",
+        known ? format_bytes(dev_free, fr) : "", format_bytes(known ? dev_total : t->device_total, tot),
+        format_bytes(t->reserved, res), format_bytes(t->limit, lim), format_bytes((uint64_t)w.allocated, al),
+        format_bytes((uint64_t)w.pending, pe), format_bytes((uint64_t)w.cached, ca),
+        format_bytes((uint64_t)w.idle, rel));
+}
+
+tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
+                            size_t requested, struct block **out)
+{
+    tide_status s = TIDE_OK;
+    pthread_mutex_lock(&t->pressure);
+    /* Another thread may have freed memory on this stream since the fast path looked. */
+    struct block *b = retry_fit(h, pool, rounded, requested, &s);
+    if (!b && s == TIDE_OK)
+        s = grow(t, h, pool, rounded, requested, &b);
+    if (!b && s == TIDE_ENOMEM) {
+        t->num_alloc_retries++;
+        /* 1: drain what the device has finished with */
+        poll_all(t);
+        s = TIDE_OK;
+        b = retry_fit(h, pool, rounded, requested, &s);
+        if (!b && s == TIDE_OK)
+            s = grow(t, h, pool, rounded, requested, &b);
+        /* 2: give back every wholly free segment */
+        if (!b && s == TIDE_ENOMEM) {
+            release_all_idle(t, NULL);
+            s = grow(t, h, pool, rounded, requested, &b);
+        }
+        /* 3: wait for the device, then drain and give back again */
+        if (!b && s == TIDE_ENOMEM) {
+            allocator_synchronize_and_drain(t, NULL);
+            release_all_idle(t, NULL);
+            s = TIDE_OK;
+            b = retry_fit(h, pool, rounded, requested, &s);
+            if (!b && s == TIDE_OK)
+                s = grow(t, h, pool, rounded, requested, &b);
+        }
+        if (!b && s == TIDE_ENOMEM)
+            s = out_of_memory(t, h, requested);
+    }
+    pthread_mutex_unlock(&t->pressure);
+    *out = b;
+    return b ? TIDE_OK : s;
+}
+
+/* ---- emptying, trimming, limits ----------------------------------------------------------------------- */
+
+static void fill_report(tide_allocator *t, tide_release_report *r)
+{
+    uint64_t pending_blocks = 0, pending_bytes = 0;
+    for (uint32_t i = 0; i < heap_count(t); i++) {
+        struct heap *h = t->heaps[i];
+        pthread_mutex_lock(&h->lock);
+        pending_blocks += (uint64_t)h->stats.pool[TIDE_POOL_ALL].pending_blocks.cur;
+        pending_bytes += (uint64_t)h->stats.pool[TIDE_POOL_ALL].pending.cur;
+        pthread_mutex_unlock(&h->lock);
+    }
+    r->pending_blocks = pending_blocks;
+    r->pending_bytes = pending_bytes;
+    r->reserved_bytes = t->reserved;
+}
+
+tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report)
+{
+    tide_release_report r;
+    memset(&r, 0, sizeof r);
+    pthread_mutex_lock(&t->pressure);
+    uint64_t drained = 0;
+    tide_status s = allocator_synchronize_and_drain(t, &drained);
+    r.drained_blocks = drained;
+    tide_status s2 = release_all_idle(t, &r);
+    fill_report(t, &r);
+    pthread_mutex_unlock(&t->pressure);
+    if (report)
+        *report = r;
+    return s != TIDE_OK ? s : s2;
+}
+
+tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report *report)
+{
+    tide_release_report r;
+    memset(&r, 0, sizeof r);
+    pthread_mutex_lock(&t->pressure);
+    r.drained_blocks = poll_all(t);
+    tide_status s = TIDE_OK;
+    if (t->reserved > target)
+        s = release_oldest(t, t->reserved - target, &r, NULL);
+    fill_report(t, &r);
+    if (s == TIDE_OK && t->reserved > target) {
+        struct where w = where_is_memory(t);
+        char res[32], tg[32], al[32], pe[32], ca[32];
+        s = tide__fail(TIDE_EBUSY, "trim: reserved %s is still above the target %s: %s allocated, %s "
+                       "pending free, %s cached in partly used segments",
+                       format_bytes(t->reserved, res), format_bytes(target, tg),
+                       format_bytes((uint64_t)w.allocated, al), format_bytes((uint64_t)w.pending, pe),
+                       format_bytes((uint64_t)w.cached, ca));
+    }
+    pthread_mutex_unlock(&t->pressure);
+    if (report)
+        *report = r;
+    return s;
+}
+
+tide_status pressure_set_limit(tide_allocator *t, size_t bytes)
+{
+    pthread_mutex_lock(&t->pressure);
+    t->limit = bytes;
+    t->gc_threshold = t->conf.gc_threshold > 0 ? (size_t)((double)bytes * t->conf.gc_threshold) : 0;
+    tide_status s = TIDE_OK;
+    if (t->reserved > bytes) {
+        poll_all(t);
+        s = release_oldest(t, t->reserved - bytes, NULL, NULL);
+    }
+    pthread_mutex_unlock(&t->pressure);
+    return s;
+}
+
+void pressure_release_everything(tide_allocator *t)
+{
+    const tide_backend *be = &t->backend;
+    for (uint32_t i = 0; i < heap_count(t); i++) {
+        struct heap *h = t->heaps[i];
+        lifecycle_destroy_fences(h);
+        for (struct segment *seg = h->segments, *next; seg; seg = next) {
+            next = seg->next;
+            segment_map_remove(&t->segmap, seg);
+            if (be->release(be->ctx, seg->base, seg->size) == TIDE_OK)
+                t->num_device_free++;
+            t->reserved -= seg->size;
+            free(seg);
+        }
+        h->segments = NULL;
+    }
+    while (t->spare_segments) {
+        struct segment *seg = t->spare_segments;
+        t->spare_segments = seg->next;
+        free(seg);
+    }
+}

@@ -1,0 +1,96 @@
+/*
+ * The pointer map: device address -> the block users hold there (ACTIVE or PENDING), so that tide_free,
+ * tide_retain and tide_release find a block in O(1). Open addressing with linear probing, kept at most
+ * half full; removal shifts later entries back, so there are no tombstones to slow lookups down over a
+ * long run.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+static inline size_t slot_of(uintptr_t addr, size_t cap)
+{
+    /* Block addresses are multiples of 512: drop those bits, then spread with a Fibonacci hash. */
+    uint64_t h = ((uint64_t)addr >> 9) * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 32) & (cap - 1);
+}
+
+static tide_status grow(struct ptr_map *m)
+{
+    size_t cap = m->cap ? m->cap * 2 : 256;
+    struct block **slots = calloc(cap, sizeof *slots);
+    if (!slots)
+        return tide__fail(TIDE_EHOSTMEM, "out of host memory growing the pointer map to %zu entries",
+                          cap);
+    for (size_t i = 0; i < m->cap; i++) {
+        struct block *b = m->slots[i];
+        if (!b)
+            continue;
+        size_t j = slot_of(b->addr, cap);
+        while (slots[j])
+            j = (j + 1) & (cap - 1);
+        slots[j] = b;
+    }
+    free(m->slots);
+    m->slots = slots;
+    m->cap = cap;
+    return TIDE_OK;
+}
+
+tide_status ptr_map_insert(struct ptr_map *m, struct block *b)
+{
+    if ((m->count + 1) * 2 > m->cap) {
+        tide_status s = grow(m);
+        if (s != TIDE_OK)
+            return s;
+    }
+    size_t i = slot_of(b->addr, m->cap);
+    while (m->slots[i])
+        i = (i + 1) & (m->cap - 1);
+    m->slots[i] = b;
+    m->count++;
+    return TIDE_OK;
+}
+
+struct block *ptr_map_get(const struct ptr_map *m, uintptr_t addr)
+{
+    if (!m->cap)
+        return NULL;
+    size_t i = slot_of(addr, m->cap);
+    for (struct block *b; (b = m->slots[i]); i = (i + 1) & (m->cap - 1))
+        if (b->addr == addr)
+            return b;
+    return NULL;
+}
+
+void ptr_map_remove(struct ptr_map *m, uintptr_t addr)
+{
+    if (!m->cap)
+        return;
+    size_t mask = m->cap - 1;
+    size_t i = slot_of(addr, m->cap);
+    while (m->slots[i] && m->slots[i]->addr != addr)
+        i = (i + 1) & mask;
+    if (!m->slots[i])
+        return;
+    /* Backward-shift: move each later entry of the run into the hole if its home slot allows it. */
+    size_t hole = i;
+    for (size_t j = (i + 1) & mask; m->slots[j]; j = (j + 1) & mask) {
+        size_t home = slot_of(m->slots[j]->addr, m->cap);
+        /* The entry at j may move to hole unless its home lies cyclically in (hole, j]. */
+        bool home_after_hole = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+        if (!home_after_hole) {
+            m->slots[hole] = m->slots[j];
+            hole = j;
+        }
+    }
+    m->slots[hole] = NULL;
+    m->count--;
+}
+
+void ptr_map_free(struct ptr_map *m)
+{
+    free(m->slots);
+    m->slots = NULL;
+    m->cap = m->count = 0;
+}

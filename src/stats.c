@@ -1,0 +1,216 @@
+/*
+ * Statistics. Each heap keeps its own counters under its own lock (so the fast path shares nothing
+ * between streams); tide_get_stats sums them. Reserved memory changes only under the pressure lock, so
+ * its total and peak are kept exactly there.
+ */
+#include "internal.h"
+
+#include <string.h>
+
+static void counter_add(struct counter *c, int64_t delta)
+{
+    c->cur += delta;
+    if (c->cur > c->peak)
+        c->peak = c->cur;
+}
+
+static void refresh_derived(struct pool_stats *p)
+{
+    int64_t active = p->allocated.cur + p->pending.cur;
+    int64_t cached = p->reserved.cur - active;
+    int64_t inactive_split = cached - p->idle.cur;
+    if (active > p->active_peak)
+        p->active_peak = active;
+    if (cached > p->cached_peak)
+        p->cached_peak = cached;
+    if (inactive_split > p->inactive_split_peak)
+        p->inactive_split_peak = inactive_split;
+}
+
+/* Runs body on the pool's counters, then on the total's. */
+#define FOR_POOL_AND_ALL(s, pool, p, body)                                                         \
+    do {                                                                                           \
+        struct pool_stats *p = &(s)->pool[public_pool(pool)];                                      \
+        body;                                                                                      \
+        refresh_derived(p);                                                                        \
+        p = &(s)->pool[TIDE_POOL_ALL];                                                             \
+        body;                                                                                      \
+        refresh_derived(p);                                                                        \
+    } while (0)
+
+void stats_on_allocate(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int64_t requested)
+{
+    FOR_POOL_AND_ALL(s, pool, p, {
+        counter_add(&p->allocated, bytes);
+        counter_add(&p->requested, requested);
+        counter_add(&p->allocation, 1);
+    });
+}
+
+void stats_on_free(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int64_t requested)
+{
+    FOR_POOL_AND_ALL(s, pool, p, {
+        counter_add(&p->allocated, -bytes);
+        counter_add(&p->requested, -requested);
+        counter_add(&p->allocation, -1);
+    });
+}
+
+void stats_on_pending(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int delta)
+{
+    FOR_POOL_AND_ALL(s, pool, p, {
+        counter_add(&p->pending, delta * bytes);
+        counter_add(&p->pending_blocks, delta);
+    });
+}
+
+void stats_on_segment(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int delta)
+{
+    FOR_POOL_AND_ALL(s, pool, p, {
+        counter_add(&p->reserved, delta * bytes);
+        counter_add(&p->segment, delta);
+    });
+}
+
+void stats_on_idle(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int delta)
+{
+    FOR_POOL_AND_ALL(s, pool, p, counter_add(&p->idle, delta * bytes));
+}
+
+static void reset_counter(struct counter *c) { c->peak = c->cur; }
+
+void heap_stats_reset_peaks(struct heap_stats *s)
+{
+    for (int i = 0; i < TIDE_POOL_COUNT; i++) {
+        struct pool_stats *p = &s->pool[i];
+        reset_counter(&p->reserved);
+        reset_counter(&p->allocated);
+        reset_counter(&p->requested);
+        reset_counter(&p->pending);
+        reset_counter(&p->idle);
+        reset_counter(&p->allocation);
+        reset_counter(&p->segment);
+        reset_counter(&p->pending_blocks);
+        p->active_peak = p->cached_peak = p->inactive_split_peak = INT64_MIN;
+        refresh_derived(p);
+    }
+}
+
+static void add_stat(tide_stat *out, int64_t cur, int64_t peak)
+{
+    out->current += cur;
+    out->peak += peak;
+}
+
+void stats_collect_locked(tide_allocator *t, tide_stats *out)
+{
+    tide_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = out->struct_size;
+    s.version = TIDE_STATS_VERSION;
+    uint32_t nheaps = atomic_load(&t->nheaps);
+    for (uint32_t i = 0; i < nheaps; i++) {
+        const struct heap_stats *hs = &t->heaps[i]->stats;
+        for (int k = 0; k < TIDE_POOL_COUNT; k++) {
+            const struct pool_stats *p = &hs->pool[k];
+            int64_t active = p->allocated.cur + p->pending.cur;
+            int64_t cached = p->reserved.cur - active;
+            add_stat(&s.reserved_bytes[k], p->reserved.cur, p->reserved.peak);
+            add_stat(&s.allocated_bytes[k], p->allocated.cur, p->allocated.peak);
+            add_stat(&s.requested_bytes[k], p->requested.cur, p->requested.peak);
+            add_stat(&s.active_bytes[k], active, p->active_peak);
+            add_stat(&s.pending_free_bytes[k], p->pending.cur, p->pending.peak);
+            add_stat(&s.cached_bytes[k], cached, p->cached_peak);
+            add_stat(&s.inactive_split_bytes[k], cached - p->idle.cur, p->inactive_split_peak);
+            add_stat(&s.allocation[k], p->allocation.cur, p->allocation.peak);
+            add_stat(&s.segment[k], p->segment.cur, p->segment.peak);
+            add_stat(&s.pending_free_blocks[k], p->pending_blocks.cur, p->pending_blocks.peak);
+        }
+        s.num_pending_drained += hs->num_pending_drained;
+        s.num_fence_errors += hs->num_fence_errors;
+    }
+    /* The total reserved is kept exactly under the pressure lock, whatever the number of streams. */
+    s.reserved_bytes[TIDE_POOL_ALL].current = (int64_t)t->reserved;
+    s.reserved_bytes[TIDE_POOL_ALL].peak = (int64_t)t->reserved_peak;
+    s.num_alloc_retries = t->num_alloc_retries;
+    s.num_ooms = t->num_ooms;
+    s.num_device_alloc = t->num_device_alloc;
+    s.num_device_free = t->num_device_free;
+    s.num_sync_all_streams = t->num_sync_all_streams;
+    s.num_gc_released = t->num_gc_released;
+    s.limit_bytes = t->limit;
+    s.gc_threshold_bytes = t->gc_threshold;
+    s.device_total_bytes = t->device_total;
+    s.num_streams = nheaps;
+
+    size_t n = out->struct_size < sizeof s ? out->struct_size : sizeof s;
+    memcpy(out, &s, n);
+}
+
+/* ---- JSON ------------------------------------------------------------------------------------------- */
+
+struct json_out {
+    char *buf;
+    size_t cap, len;
+    bool first;
+};
+
+static void emit(struct json_out *o, const char *key, const char *sub, const char *leaf, long long v)
+{
+    char line[160];
+    int n;
+    if (sub)
+        n = snprintf(line, sizeof line, "%s\n  \"%s.%s.%s\": %lld", o->first ? "" : ",", key, sub, leaf, v);
+    else
+        n = snprintf(line, sizeof line, "%s\n  \"%s\": %lld", o->first ? "" : ",", key, v);
+    o->first = false;
+    for (int i = 0; i < n; i++, o->len++)
+        if (o->len + 1 < o->cap)
+            o->buf[o->len] = line[i];
+}
+
+size_t stats_to_json(const tide_stats *s, char *buf, size_t cap)
+{
+    static const char *pools[TIDE_POOL_COUNT] = {"all", "small_pool", "large_pool"};
+    const struct {
+        const char *name;
+        const tide_stat *stat;
+    } stats[] = {
+        {"reserved_bytes", s->reserved_bytes},         {"allocated_bytes", s->allocated_bytes},
+        {"requested_bytes", s->requested_bytes},       {"active_bytes", s->active_bytes},
+        {"pending_free_bytes", s->pending_free_bytes}, {"cached_bytes", s->cached_bytes},
+        {"inactive_split_bytes", s->inactive_split_bytes}, {"allocation", s->allocation},
+        {"segment", s->segment},                       {"pending_free_blocks", s->pending_free_blocks},
+    };
+    const struct {
+        const char *name;
+        uint64_t value;
+    } events[] = {
+        {"num_alloc_retries", s->num_alloc_retries},       {"num_ooms", s->num_ooms},
+        {"num_device_alloc", s->num_device_alloc},         {"num_device_free", s->num_device_free},
+        {"num_sync_all_streams", s->num_sync_all_streams}, {"num_pending_drained", s->num_pending_drained},
+        {"num_gc_released", s->num_gc_released},           {"num_fence_errors", s->num_fence_errors},
+        {"limit_bytes", s->limit_bytes},                   {"gc_threshold_bytes", s->gc_threshold_bytes},
+        {"device_total_bytes", s->device_total_bytes},     {"num_streams", s->num_streams},
+    };
+    struct json_out o = {buf, cap, 0, true};
+    if (cap)
+        buf[0] = '\0';
+    if (o.len + 1 < o.cap)
+        buf[o.len] = '{';
+    o.len++;
+    for (size_t i = 0; i < sizeof stats / sizeof stats[0]; i++)
+        for (int k = 0; k < TIDE_POOL_COUNT; k++) {
+            emit(&o, stats[i].name, pools[k], "current", (long long)stats[i].stat[k].current);
+            emit(&o, stats[i].name, pools[k], "peak", (long long)stats[i].stat[k].peak);
+        }
+    for (size_t i = 0; i < sizeof events / sizeof events[0]; i++)
+        emit(&o, events[i].name, NULL, NULL, (long long)events[i].value);
+    const char *tail = "\n}\n";
+    for (const char *c = tail; *c; c++, o.len++)
+        if (o.len + 1 < o.cap)
+            buf[o.len] = *c;
+    if (cap)
+        buf[o.len < cap ? o.len : cap - 1] = '\0';
+    return o.len;
+}
