@@ -1,0 +1,297 @@
+/*
+ * The replay engine: runs a trace's allocations and frees through tidepool on a simulated device and
+ * measures what a user wants to know: peak live against peak reserved, device calls, pending frees
+ * drained, time per operation, and whether tide_empty_cache gives everything back.
+ */
+#include "replay.h"
+
+#include "tidepool.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A simulated kernel that uses one allocation. Whichever comes second, the kernel's completion or the
+ * host's free, knows whether the device held the block past its free. */
+enum { KERNEL_DONE = 1, HOST_FREED = 2 };
+struct kernel {
+    tide_allocator *t;
+    void *ptr;
+    uint64_t size;
+    _Atomic(int) state;
+    _Atomic(uint64_t) *held;      /* bytes freed by the host but still used by kernels */
+};
+
+/* A simulated kernel's completion: it lets go of the block it used. */
+static void kernel_done(void *arg)
+{
+    struct kernel *k = arg;
+    tide_release(k->t, k->ptr);
+    if (atomic_fetch_or(&k->state, KERNEL_DONE) & HOST_FREED)
+        atomic_fetch_sub(k->held, k->size);
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+struct run {
+    const struct trace *trace;
+    const struct replay_options *o;
+    struct replay_result *r;
+    tide_sim *sim;
+    tide_allocator *t;
+    tide_stream *streams;
+    void **ptrs;                  /* by dense id; NULL when not live */
+    struct kernel *kernels;       /* by dense id */
+    uint64_t *sizes;              /* by dense id */
+    struct kernel **lagging;      /* REPLAY_WORK_LAG: the kernels still running, a ring of `lag` */
+    uint32_t lag;
+    uint64_t lag_next;
+    uint64_t live;
+    _Atomic(uint64_t) held;
+    char *err;
+    size_t errcap;
+};
+
+static int failed(struct run *x, const char *what)
+{
+    snprintf(x->err, x->errcap, "%s: %s", what, tide_last_error());
+    return -1;
+}
+
+static uint64_t reserved_now(tide_allocator *t, tide_stats *s)
+{
+    s->struct_size = sizeof *s;
+    tide_get_stats(t, s);
+    return (uint64_t)s->reserved_bytes[TIDE_POOL_ALL].current;
+}
+
+static void sample(struct run *x, uint64_t op_index)
+{
+    struct replay_result *r = x->r;
+    tide_stats s;
+    if (r->timeline_n > x->o->timeline_points) /* room for one sample more: the end */
+        return;
+    r->timeline_live[r->timeline_n] = x->live;
+    r->timeline_reserved[r->timeline_n] = reserved_now(x->t, &s);
+    r->timeline_op[r->timeline_n] = op_index;
+    r->timeline_n++;
+}
+
+static int do_op(struct run *x, const struct trace_op *op)
+{
+    tide_stream stream = x->streams[op->stream];
+    if (op->kind == TRACE_ALLOC) {
+        void *p;
+        if (tide_malloc(x->t, op->size, stream, &p) != TIDE_OK)
+            return failed(x, "tide_malloc");
+        x->ptrs[op->id] = p;
+        x->live += op->size;
+        if (x->live > x->r->peak_live_bytes)
+            x->r->peak_live_bytes = x->live;
+        x->r->allocs++;
+        if (x->o->work != REPLAY_WORK_NONE) {
+            struct kernel *k = &x->kernels[op->id];
+            k->t = x->t;
+            k->ptr = p;
+            k->size = op->size;
+            k->held = &x->held;
+            atomic_store(&k->state, 0);
+            if (tide_retain(x->t, p) != TIDE_OK)
+                return failed(x, "tide_retain");
+            if (x->o->work == REPLAY_WORK_REFS) {
+                if (tide_sim_enqueue(x->sim, stream, x->o->kernel_delay_us, kernel_done, k) != TIDE_OK)
+                    return failed(x, "tide_sim_enqueue");
+            } else {
+                /* The kernel launched `lag` allocations ago completes now. */
+                struct kernel **slot = &x->lagging[x->lag_next++ % x->lag];
+                if (*slot)
+                    kernel_done(*slot);
+                *slot = k;
+            }
+        }
+    } else {
+        if (x->o->work != REPLAY_WORK_NONE) {
+            struct kernel *k = &x->kernels[op->id];
+            if (!(atomic_fetch_or(&k->state, HOST_FREED) & KERNEL_DONE))
+                atomic_fetch_add(&x->held, k->size);
+        }
+        if (tide_free(x->t, x->ptrs[op->id]) != TIDE_OK)
+            return failed(x, "tide_free");
+        x->ptrs[op->id] = NULL;
+        x->live -= x->sizes[op->id]; /* the size the allocation had */
+        x->r->frees++;
+    }
+    uint64_t in_use = x->live + atomic_load(&x->held);
+    if (in_use > x->r->peak_in_use_bytes)
+        x->r->peak_in_use_bytes = in_use;
+    return 0;
+}
+
+/* Frees what the trace left live, so that the next pass starts as a fresh run of the program would,
+ * after the device finished every kernel. */
+static int free_leftovers(struct run *x)
+{
+    for (uint32_t i = 0; x->lagging && i < x->lag; i++) {
+        if (x->lagging[i])
+            kernel_done(x->lagging[i]);
+        x->lagging[i] = NULL;
+    }
+    if (x->o->work == REPLAY_WORK_REFS)
+        tide_sim_synchronize(x->sim);
+    for (size_t i = 0; i < x->trace->nallocs; i++) {
+        if (!x->ptrs[i])
+            continue;
+        if (tide_free(x->t, x->ptrs[i]) != TIDE_OK)
+            return failed(x, "tide_free of a leftover allocation");
+        x->ptrs[i] = NULL;
+    }
+    x->live = 0;
+    return 0;
+}
+
+static int replay_passes(struct run *x)
+{
+    const struct trace *t = x->trace;
+    const struct replay_options *o = x->o;
+    struct replay_result *r = x->r;
+    uint64_t total_ops = (uint64_t)t->nops * r->passes;
+    uint64_t sample_every = o->timeline_points ? total_ops / o->timeline_points + 1 : 0;
+    uint64_t op_index = 0;
+    tide_stats s;
+    double start = seconds_now();
+    for (unsigned pass = 0; pass < r->passes; pass++) {
+        tide_reset_peak_stats(x->t);
+        for (size_t i = 0; i < t->nops; i++, op_index++) {
+            if (do_op(x, &t->ops[i]) != 0)
+                return -1;
+            if (o->check_every_op && tide_check(x->t) != TIDE_OK)
+                return failed(x, "tide_check");
+            if (sample_every && op_index % sample_every == 0)
+                sample(x, op_index);
+            /* Counted within the pass, so every pass empties at the same points of the program. */
+            if (o->empty_cache_every && (i + 1) % o->empty_cache_every == 0) {
+                if (tide_empty_cache(x->t, NULL) != TIDE_OK)
+                    return failed(x, "tide_empty_cache");
+                r->empty_cache_calls++;
+            }
+        }
+        if (free_leftovers(x) != 0)
+            return -1;
+        s.struct_size = sizeof s;
+        tide_get_stats(x->t, &s);
+        r->pass_peak_reserved[pass] = (uint64_t)s.reserved_bytes[TIDE_POOL_ALL].peak;
+        r->pass_end_reserved[pass] = (uint64_t)s.reserved_bytes[TIDE_POOL_ALL].current;
+        if (pass == 0)
+            r->device_allocs_first_pass = s.num_device_alloc;
+        if ((uint64_t)s.pending_free_blocks[TIDE_POOL_ALL].peak > r->peak_pending_blocks)
+            r->peak_pending_blocks = (uint64_t)s.pending_free_blocks[TIDE_POOL_ALL].peak;
+        if (r->pass_peak_reserved[pass] > r->peak_reserved_bytes)
+            r->peak_reserved_bytes = r->pass_peak_reserved[pass];
+    }
+    r->seconds = seconds_now() - start;
+    r->ops = op_index;
+    r->ns_per_op = r->ops ? r->seconds * 1e9 / (double)r->ops : 0;
+    if (sample_every)
+        sample(x, op_index);
+    return 0;
+}
+
+int replay_run(const struct trace *t, const struct replay_options *o, struct replay_result *r,
+               char *err, size_t errcap)
+{
+    memset(r, 0, sizeof *r);
+    struct run x = {.trace = t, .o = o, .r = r, .err = err, .errcap = errcap};
+    r->passes = o->passes ? o->passes : 1;
+    r->pass_peak_reserved = calloc(r->passes, sizeof *r->pass_peak_reserved);
+    r->pass_end_reserved = calloc(r->passes, sizeof *r->pass_end_reserved);
+    size_t points = o->timeline_points + 1;
+    r->timeline_live = calloc(points, sizeof *r->timeline_live);
+    r->timeline_reserved = calloc(points, sizeof *r->timeline_reserved);
+    r->timeline_op = calloc(points, sizeof *r->timeline_op);
+    x.ptrs = calloc(t->nallocs, sizeof *x.ptrs);
+    x.kernels = calloc(t->nallocs, sizeof *x.kernels);
+    x.streams = calloc(t->nstreams ? t->nstreams : 1, sizeof *x.streams);
+    uint64_t *sizes = x.sizes = calloc(t->nallocs, sizeof *sizes);
+    x.lag = o->lag ? o->lag : 64;
+    x.lagging = calloc(x.lag, sizeof *x.lagging);
+    int rc = -1;
+    if (!r->pass_peak_reserved || !r->pass_end_reserved || !r->timeline_live || !r->timeline_reserved ||
+        !r->timeline_op || !x.ptrs || !x.kernels || !x.streams || !sizes || !x.lagging) {
+        snprintf(err, errcap, "out of host memory for the replay");
+        goto out;
+    }
+    for (size_t i = 0; i < t->nops; i++)
+        if (t->ops[i].kind == TRACE_ALLOC)
+            sizes[t->ops[i].id] = t->ops[i].size;
+
+    tide_sim_options so = {sizeof so, o->device_bytes, o->queue_depth};
+    if (tide_sim_create(&so, &x.sim) != TIDE_OK) {
+        failed(&x, "tide_sim_create");
+        goto out;
+    }
+    for (uint32_t i = 1; i < t->nstreams; i++)
+        if (tide_sim_stream_create(x.sim, &x.streams[i]) != TIDE_OK) {
+            failed(&x, "tide_sim_stream_create");
+            goto out;
+        }
+    tide_backend be = tide_sim_backend(x.sim);
+    if (tide_create(&be, o->config, &x.t) != TIDE_OK) {
+        failed(&x, "tide_create");
+        goto out;
+    }
+    if (replay_passes(&x) != 0)
+        goto out;
+
+    tide_release_report rep;
+    if (tide_empty_cache(x.t, &rep) != TIDE_OK) {
+        failed(&x, "tide_empty_cache");
+        goto out;
+    }
+    r->empty_cache_calls++;
+    tide_stats s;
+    s.struct_size = sizeof s;
+    tide_get_stats(x.t, &s);
+    tide_sim_counters c;
+    tide_sim_get_counters(x.sim, &c);
+    r->reserved_after_empty_cache_bytes = (uint64_t)s.reserved_bytes[TIDE_POOL_ALL].current;
+    r->backend_held_after_empty_cache_bytes = c.held_bytes;
+    r->pending_after_empty_cache_blocks = rep.pending_blocks;
+    r->device_allocs = s.num_device_alloc;
+    r->device_frees = s.num_device_free;
+    r->pending_drained = s.num_pending_drained;
+    r->ratio = r->peak_live_bytes ? (double)r->peak_reserved_bytes / (double)r->peak_live_bytes : 0;
+    r->ratio_in_use =
+        r->peak_in_use_bytes ? (double)r->peak_reserved_bytes / (double)r->peak_in_use_bytes : 0;
+    rc = 0;
+out:
+    if (x.t && tide_destroy(x.t) != TIDE_OK && rc == 0)
+        rc = failed(&x, "tide_destroy");
+    tide_sim_destroy(x.sim);
+    free(sizes);
+    free(x.lagging);
+    free(x.streams);
+    free(x.kernels);
+    free(x.ptrs);
+    if (rc != 0)
+        replay_result_free(r);
+    return rc;
+}
+
+void replay_result_free(struct replay_result *r)
+{
+    free(r->pass_peak_reserved);
+    free(r->pass_end_reserved);
+    free(r->timeline_live);
+    free(r->timeline_reserved);
+    free(r->timeline_op);
+    r->pass_peak_reserved = r->pass_end_reserved = NULL;
+    r->timeline_live = r->timeline_reserved = r->timeline_op = NULL;
+    r->timeline_n = 0;
+}

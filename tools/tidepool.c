@@ -1,0 +1,381 @@
+/*
+ * tidepool: the command-line tool.
+ *
+ *   tidepool replay [options] FILE...   replay allocation traces through tidepool on a simulated device
+ *   tidepool version
+ */
+#include "replay.h"
+#include "timeline.h"
+#include "tidepool.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_RUNS 64
+
+static void usage(FILE *f)
+{
+    fputs("usage: tidepool replay [options] FILE...\n"
+          "       tidepool version\n"
+          "\n"
+          "Replays allocation traces (tidepool CSV or RMM log CSV, plain or .gz) through tidepool on a\n"
+          "simulated device, and reports peak live against peak reserved memory, device calls, pending\n"
+          "frees drained, time per operation, and what tide_empty_cache gives back.\n"
+          "\n"
+          "options:\n"
+          "  --conf STR            tidepool config (\"limit:8GiB,max_split_size_mb:256\"); give it\n"
+          "                        several times to compare configurations side by side\n"
+          "  --json                print a machine-readable summary instead\n"
+          "  --passes N            replay each trace N times back to back (a long run); default 1\n"
+          "  --empty-cache-every N call tide_empty_cache every N operations; default never\n"
+          "  --device-work MODE    refs: each allocation is used by a simulated kernel that holds a\n"
+          "                        reference until it completes (frees before then go pending);\n"
+          "                        none: no kernels. Default refs\n"
+          "  --kernel-delay-us N   a kernel completes N microseconds after launch; default 20\n"
+          "  --inflight N          kernels a stream holds before the host waits (the launch\n"
+          "                        queue); default 64\n"
+          "  --device-memory SIZE  simulated device memory (\"80GiB\"); default 80GiB\n"
+          "  --check               run tide_check after every operation (slow)\n"
+          "  --no-chart            leave out the memory-over-time chart\n",
+          f);
+}
+
+static int parse_count(const char *s, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || *s == '-')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_bytes(const char *s, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v <= 0)
+        return -1;
+    double mult = 1;
+    if (!strcmp(end, "GiB") || !strcmp(end, "G"))
+        mult = 1024.0 * 1024 * 1024;
+    else if (!strcmp(end, "MiB") || !strcmp(end, "M"))
+        mult = 1024.0 * 1024;
+    else if (!strcmp(end, "KiB") || !strcmp(end, "K"))
+        mult = 1024.0;
+    else if (*end && strcmp(end, "B"))
+        return -1;
+    *out = (unsigned long long)(v * mult);
+    return 0;
+}
+
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", *s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void print_json(FILE *f, const char *path, const char *conf, const struct trace *t,
+                       const struct replay_options *o, const struct replay_result *r)
+{
+    fputs("{\n  \"trace\": ", f);
+    json_string(f, path);
+    fputs(",\n  \"config\": ", f);
+    json_string(f, conf ? conf : "");
+    fprintf(f, ",\n  \"device_work\": \"%s\"", o->work == REPLAY_WORK_REFS ? "refs" : "none");
+    fprintf(f, ",\n  \"passes\": %u", r->passes);
+    fprintf(f, ",\n  \"ops\": %llu", (unsigned long long)r->ops);
+    fprintf(f, ",\n  \"allocs\": %llu", (unsigned long long)r->allocs);
+    fprintf(f, ",\n  \"frees\": %llu", (unsigned long long)r->frees);
+    fprintf(f, ",\n  \"streams\": %u", t->nstreams);
+    fprintf(f, ",\n  \"peak_live_bytes\": %llu", (unsigned long long)r->peak_live_bytes);
+    fprintf(f, ",\n  \"peak_reserved_bytes\": %llu", (unsigned long long)r->peak_reserved_bytes);
+    fprintf(f, ",\n  \"peak_reserved_over_live\": %.4f", r->ratio);
+    fprintf(f, ",\n  \"peak_in_use_bytes\": %llu", (unsigned long long)r->peak_in_use_bytes);
+    fprintf(f, ",\n  \"peak_reserved_over_in_use\": %.4f", r->ratio_in_use);
+    fprintf(f, ",\n  \"device_allocs\": %llu", (unsigned long long)r->device_allocs);
+    fprintf(f, ",\n  \"device_frees\": %llu", (unsigned long long)r->device_frees);
+    fprintf(f, ",\n  \"pending_free_drained\": %llu", (unsigned long long)r->pending_drained);
+    fprintf(f, ",\n  \"peak_pending_free_blocks\": %llu", (unsigned long long)r->peak_pending_blocks);
+    fprintf(f, ",\n  \"empty_cache_calls\": %llu", (unsigned long long)r->empty_cache_calls);
+    fprintf(f, ",\n  \"reserved_after_empty_cache_bytes\": %llu",
+            (unsigned long long)r->reserved_after_empty_cache_bytes);
+    fprintf(f, ",\n  \"backend_held_after_empty_cache_bytes\": %llu",
+            (unsigned long long)r->backend_held_after_empty_cache_bytes);
+    fprintf(f, ",\n  \"pending_after_empty_cache_blocks\": %llu",
+            (unsigned long long)r->pending_after_empty_cache_blocks);
+    fprintf(f, ",\n  \"seconds\": %.6f", r->seconds);
+    fprintf(f, ",\n  \"ns_per_op\": %.1f", r->ns_per_op);
+    fputs(",\n  \"pass_peak_reserved_bytes\": [", f);
+    for (unsigned i = 0; i < r->passes; i++)
+        fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)r->pass_peak_reserved[i]);
+    fputs("],\n  \"pass_end_reserved_bytes\": [", f);
+    for (unsigned i = 0; i < r->passes; i++)
+        fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)r->pass_end_reserved[i]);
+    fputs("]\n}", f);
+}
+
+static void print_summary(FILE *f, const char *path, const char *conf, const struct trace *t,
+                          const struct replay_options *o, const struct replay_result *r, bool chart)
+{
+    char a[32], b[32], c[32];
+    bool utf8 = false;
+    const char *lang = getenv("LC_ALL");
+    if (!lang || !*lang)
+        lang = getenv("LANG");
+    utf8 = lang && (strstr(lang, "UTF-8") || strstr(lang, "utf8"));
+    fprintf(f, "tidepool replay %s\n", path);
+    fprintf(f, "  %zu allocations, %zu frees, %u stream%s (%s format)", t->nallocs, t->nfrees,
+            t->nstreams, t->nstreams == 1 ? "" : "s", t->format);
+    if (r->passes > 1)
+        fprintf(f, ", replayed %u times", r->passes);
+    fprintf(f, "\n  simulated device %s; config %s%s%s\n",
+            human_bytes(o->device_bytes ? o->device_bytes : 80ull << 30, a), conf && *conf ? "\"" : "",
+            conf && *conf ? conf : "(default)", conf && *conf ? "\"" : "");
+    if (o->work == REPLAY_WORK_REFS)
+        fprintf(f, "  device work: each allocation is used by a kernel that holds a reference until "
+                "it completes, %u us after launch\n", o->kernel_delay_us);
+    else
+        fprintf(f, "  device work: none\n");
+    fprintf(f, "\n");
+    fprintf(f, "  peak live            %12s   allocated by the program and not yet freed\n",
+            human_bytes(r->peak_live_bytes, a));
+    if (o->work == REPLAY_WORK_REFS)
+        fprintf(f, "  peak in use          %12s   live, or freed while a kernel still used it: the floor\n",
+                human_bytes(r->peak_in_use_bytes, a));
+    fprintf(f, "  peak reserved        %12s   %.3f x peak live", human_bytes(r->peak_reserved_bytes, b),
+            r->ratio);
+    if (o->work == REPLAY_WORK_REFS)
+        fprintf(f, ", %.3f x peak in use", r->ratio_in_use);
+    fputc('\n', f);
+    fprintf(f, "  device allocations   %12llu   device frees %llu (tide_empty_cache included)\n",
+            (unsigned long long)r->device_allocs, (unsigned long long)r->device_frees);
+    fprintf(f, "  pending frees        %12llu   blocks freed while the device still used them, all "
+            "drained (peak %llu at once)\n", (unsigned long long)r->pending_drained,
+            (unsigned long long)r->peak_pending_blocks);
+    fprintf(f, "  time                 %10.3f s   %.0f ns per operation%s\n", r->seconds, r->ns_per_op,
+            o->work == REPLAY_WORK_REFS ? " (simulated kernels included)" : "");
+    if (r->passes > 1) {
+        fprintf(f, "  reserved at the end of each pass:");
+        for (unsigned i = 0; i < r->passes; i++) {
+            if (i == 8 && r->passes > 10) {
+                fprintf(f, " ...");
+                i = r->passes - 2;
+                continue;
+            }
+            fprintf(f, " %s", human_bytes(r->pass_end_reserved[i], a));
+        }
+        fprintf(f, "\n");
+    }
+    if (chart && r->timeline_n) {
+        fprintf(f, "\n  memory over time (%s live, %s reserved)\n", utf8 ? "\u2588" : "#",
+                utf8 ? "\u2591" : ".");
+        timeline_print(f, r->timeline_live, r->timeline_reserved, r->timeline_op, r->timeline_n, 64,
+                       10, utf8);
+    }
+    bool clean = r->reserved_after_empty_cache_bytes == 0 && r->backend_held_after_empty_cache_bytes == 0;
+    fprintf(f, "\n  after tide_empty_cache: reserved %s, held by the backend %s%s\n",
+            human_bytes(r->reserved_after_empty_cache_bytes, a),
+            human_bytes(r->backend_held_after_empty_cache_bytes, c),
+            clean ? ": everything was given back" : ": NOT everything was given back");
+}
+
+static void print_table_header(FILE *f)
+{
+    fprintf(f, "%-26s %-34s %11s %11s %13s %7s %8s %8s %8s\n", "trace", "config", "peak live",
+            "peak in use", "peak reserved", "ratio", "dev alloc", "pending", "ns/op");
+}
+
+static void print_table_row(FILE *f, const char *path, const char *conf, const struct replay_result *r)
+{
+    char a[32], b[32], c[32];
+    fprintf(f, "%-26s %-34s %11s %11s %13s %7.3f %8llu %8llu %8.0f\n", base_name(path),
+            conf && *conf ? conf : "(default)", human_bytes(r->peak_live_bytes, a),
+            human_bytes(r->peak_in_use_bytes, c), human_bytes(r->peak_reserved_bytes, b), r->ratio,
+            (unsigned long long)r->device_allocs,
+            (unsigned long long)r->pending_drained, r->ns_per_op);
+}
+
+static int cmd_replay(int argc, char **argv)
+{
+    struct replay_options o = {0};
+    o.work = REPLAY_WORK_REFS;
+    o.kernel_delay_us = 20;
+    o.queue_depth = 64;
+    o.timeline_points = 256;
+    const char *confs[MAX_RUNS];
+    int nconfs = 0;
+    const char *files[MAX_RUNS];
+    int nfiles = 0;
+    bool json = false, chart = true;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        unsigned long long n;
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(arg, "--json")) {
+            json = true;
+        } else if (!strcmp(arg, "--no-chart")) {
+            chart = false;
+        } else if (!strcmp(arg, "--check")) {
+            o.check_every_op = true;
+        } else if (arg[0] == '-' && arg[1] == '-' && !val) {
+            fprintf(stderr, "tidepool replay: %s needs a value\n", arg);
+            return 2;
+        } else if (!strcmp(arg, "--conf")) {
+            if (nconfs == MAX_RUNS) {
+                fprintf(stderr, "tidepool replay: at most %d --conf\n", MAX_RUNS);
+                return 2;
+            }
+            confs[nconfs++] = val;
+            i++;
+        } else if (!strcmp(arg, "--passes")) {
+            if (parse_count(val, &n) || n == 0 || n > 100000) {
+                fprintf(stderr, "tidepool replay: --passes takes a number from 1 to 100000, not '%s'\n", val);
+                return 2;
+            }
+            o.passes = (unsigned)n;
+            i++;
+        } else if (!strcmp(arg, "--empty-cache-every")) {
+            if (parse_count(val, &n)) {
+                fprintf(stderr, "tidepool replay: --empty-cache-every takes a number of operations, not '%s'\n", val);
+                return 2;
+            }
+            o.empty_cache_every = (size_t)n;
+            i++;
+        } else if (!strcmp(arg, "--device-work")) {
+            if (!strcmp(val, "refs"))
+                o.work = REPLAY_WORK_REFS;
+            else if (!strcmp(val, "none"))
+                o.work = REPLAY_WORK_NONE;
+            else {
+                fprintf(stderr, "tidepool replay: --device-work is 'refs' or 'none', not '%s'\n", val);
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(arg, "--kernel-delay-us")) {
+            if (parse_count(val, &n) || n > 10000000) {
+                fprintf(stderr, "tidepool replay: --kernel-delay-us takes microseconds, not '%s'\n", val);
+                return 2;
+            }
+            o.kernel_delay_us = (uint32_t)n;
+            i++;
+        } else if (!strcmp(arg, "--inflight")) {
+            if (parse_count(val, &n) || n == 0 || n > 1000000) {
+                fprintf(stderr, "tidepool replay: --inflight takes a number of kernels, not '%s'\n", val);
+                return 2;
+            }
+            o.queue_depth = (uint32_t)n;
+            i++;
+        } else if (!strcmp(arg, "--device-memory")) {
+            if (parse_bytes(val, &n)) {
+                fprintf(stderr, "tidepool replay: --device-memory takes a size like 80GiB, not '%s'\n", val);
+                return 2;
+            }
+            o.device_bytes = n;
+            i++;
+        } else if (arg[0] == '-') {
+            fprintf(stderr, "tidepool replay: unknown option %s (see tidepool replay --help)\n", arg);
+            return 2;
+        } else {
+            if (nfiles == MAX_RUNS) {
+                fprintf(stderr, "tidepool replay: at most %d files\n", MAX_RUNS);
+                return 2;
+            }
+            files[nfiles++] = arg;
+        }
+    }
+    if (nfiles == 0) {
+        usage(stderr);
+        return 2;
+    }
+    if (nconfs == 0)
+        confs[nconfs++] = NULL;
+    bool table = nfiles * nconfs > 1;
+    if (json && table)
+        printf("[\n");
+    else if (table)
+        print_table_header(stdout);
+    int status = 0, printed = 0;
+    for (int fi = 0; fi < nfiles; fi++) {
+        struct trace t;
+        char err[512];
+        if (trace_load(files[fi], &t, err, sizeof err) != 0) {
+            fprintf(stderr, "tidepool replay: %s\n", err);
+            status = 1;
+            continue;
+        }
+        for (int ci = 0; ci < nconfs; ci++) {
+            struct replay_result r;
+            o.config = confs[ci];
+            if (replay_run(&t, &o, &r, err, sizeof err) != 0) {
+                fprintf(stderr, "tidepool replay %s%s%s: %s\n", files[fi], confs[ci] ? " --conf " : "",
+                        confs[ci] ? confs[ci] : "", err);
+                status = 1;
+                continue;
+            }
+            if (json) {
+                if (printed++)
+                    printf(",\n");
+                print_json(stdout, files[fi], confs[ci], &t, &o, &r);
+                if (!table)
+                    printf("\n");
+            } else if (table) {
+                print_table_row(stdout, files[fi], confs[ci], &r);
+            } else {
+                print_summary(stdout, files[fi], confs[ci], &t, &o, &r, chart);
+            }
+            if (r.reserved_after_empty_cache_bytes || r.backend_held_after_empty_cache_bytes) {
+                fprintf(stderr, "tidepool replay %s: tide_empty_cache left memory reserved\n", files[fi]);
+                status = 1;
+            }
+            replay_result_free(&r);
+        }
+        trace_free(&t);
+    }
+    if (json && table)
+        printf("\n]\n");
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "replay"))
+        return cmd_replay(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+        printf("tidepool %d.%d.%d\n", TIDE_VERSION_MAJOR, TIDE_VERSION_MINOR, TIDE_VERSION_PATCH);
+        return 0;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "tidepool: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
