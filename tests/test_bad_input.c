@@ -1,0 +1,176 @@
+/*
+ * Bad input gets a clear status and message, and changes nothing: the statistics are identical before
+ * and after, and tide_check passes.
+ */
+#include "harness.h"
+
+struct scene {
+    struct fixture f;
+    void *live, *pending, *freed;
+    tide_stats before;
+};
+
+static void scene_open(struct scene *s)
+{
+    fixture_open(&s->f, 4 * GIB, NULL);
+    CHECK_OK(tide_malloc(s->f.t, 10000, 0, &s->live));
+    CHECK_OK(tide_malloc(s->f.t, 20000, 0, &s->pending));
+    CHECK_OK(tide_malloc(s->f.t, 30000, 0, &s->freed));
+    CHECK_OK(tide_retain(s->f.t, s->pending));
+    CHECK_OK(tide_free(s->f.t, s->pending));
+    CHECK_OK(tide_free(s->f.t, s->freed));
+    s->before = stats_of(s->f.t);
+}
+
+/* Nothing changed since scene_open. */
+static void unchanged(struct scene *s)
+{
+    tide_stats now = stats_of(s->f.t);
+    CHECK(memcmp(&now, &s->before, sizeof now) == 0);
+    CHECK_OK(tide_check(s->f.t));
+}
+
+static void scene_close(struct scene *s)
+{
+    CHECK_OK(tide_release(s->f.t, s->pending));
+    CHECK_OK(tide_free(s->f.t, s->live));
+    fixture_close(&s->f);
+}
+
+static void test_double_free(void)
+{
+    struct scene s;
+    scene_open(&s);
+    CHECK_STATUS(tide_free(s.f.t, s.freed), TIDE_EINVAL);
+    CHECK_MESSAGE("double free");
+    unchanged(&s);
+    CHECK_STATUS(tide_free(s.f.t, s.pending), TIDE_EINVAL); /* freed, still held by the device */
+    CHECK_MESSAGE("double free");
+    CHECK_MESSAGE("pending");
+    unchanged(&s);
+    scene_close(&s);
+}
+
+static void test_free_of_pointer_not_ours(void)
+{
+    struct scene s;
+    scene_open(&s);
+    int on_stack;
+    CHECK_STATUS(tide_free(s.f.t, &on_stack), TIDE_EINVAL);
+    CHECK_MESSAGE("which tidepool did not allocate");
+    void *host = malloc(64);
+    CHECK_STATUS(tide_free(s.f.t, host), TIDE_EINVAL);
+    CHECK_MESSAGE("which tidepool did not allocate");
+    free(host);
+    unchanged(&s);
+    scene_close(&s);
+}
+
+static void test_free_of_interior_pointer(void)
+{
+    struct scene s;
+    scene_open(&s);
+    CHECK_STATUS(tide_free(s.f.t, (char *)s.live + 512), TIDE_EINVAL);
+    CHECK_MESSAGE("interior pointer");
+    CHECK_MESSAGE("512 bytes into the block");
+    CHECK_STATUS(tide_free(s.f.t, (char *)s.live + 1), TIDE_EINVAL);
+    CHECK_MESSAGE("interior pointer");
+    unchanged(&s);
+    scene_close(&s);
+}
+
+static void test_sizes_zero_and_too_large(void)
+{
+    struct scene s;
+    scene_open(&s);
+    void *p = (void *)1;
+    CHECK_STATUS(tide_malloc(s.f.t, 0, 0, &p), TIDE_EINVAL);
+    CHECK_MESSAGE("size 0");
+    CHECK(p == NULL);
+    CHECK_STATUS(tide_malloc(s.f.t, 4 * GIB + 1, 0, &p), TIDE_EINVAL);
+    CHECK_MESSAGE("more than the device's total memory");
+    CHECK_STATUS(tide_malloc(s.f.t, SIZE_MAX, 0, &p), TIDE_EINVAL);
+    unchanged(&s);
+    /* The whole device is a valid size. */
+    CHECK_OK(tide_malloc(s.f.t, 4 * GIB - 64 * MIB, 0, &p));
+    CHECK_OK(tide_free(s.f.t, p));
+    CHECK_OK(tide_trim(s.f.t, 4 * MIB, NULL));
+    s.before = stats_of(s.f.t);
+    scene_close(&s);
+}
+
+static void test_references_misused(void)
+{
+    struct scene s;
+    scene_open(&s);
+    CHECK_STATUS(tide_release(s.f.t, s.live), TIDE_EINVAL);
+    CHECK_MESSAGE("without a matching tide_retain");
+    CHECK_STATUS(tide_retain(s.f.t, s.pending), TIDE_EINVAL);
+    CHECK_MESSAGE("freed already");
+    CHECK_STATUS(tide_record_stream(s.f.t, s.pending, 0x1234), TIDE_EINVAL);
+    CHECK_MESSAGE("freed already");
+    CHECK_STATUS(tide_release(s.f.t, s.freed), TIDE_EINVAL);
+    CHECK_STATUS(tide_retain(s.f.t, (char *)s.live + 1024), TIDE_EINVAL);
+    CHECK_MESSAGE("interior pointer");
+    unchanged(&s);
+    scene_close(&s);
+}
+
+static void test_null_arguments_and_bad_settings(void)
+{
+    struct scene s;
+    scene_open(&s);
+    void *p;
+    CHECK_STATUS(tide_malloc(NULL, 16, 0, &p), TIDE_EINVAL);
+    CHECK_MESSAGE("allocator is NULL");
+    CHECK_STATUS(tide_malloc(s.f.t, 16, 0, NULL), TIDE_EINVAL);
+    CHECK_OK(tide_free(s.f.t, NULL));
+    CHECK_STATUS(tide_set_limit(s.f.t, 0), TIDE_EINVAL);
+    CHECK_STATUS(tide_set_limit_fraction(s.f.t, 1.5), TIDE_EINVAL);
+    CHECK_STATUS(tide_set_limit_fraction(s.f.t, 0), TIDE_EINVAL);
+    tide_stats st;
+    st.struct_size = 0;
+    CHECK_STATUS(tide_get_stats(s.f.t, &st), TIDE_EINVAL);
+    CHECK_MESSAGE("struct_size");
+    char small[16];
+    size_t need = 0;
+    CHECK_STATUS(tide_stats_json(s.f.t, small, sizeof small, &need), TIDE_EINVAL);
+    CHECK(need > sizeof small);
+    CHECK(strlen(small) == sizeof small - 1);
+    unchanged(&s);
+    scene_close(&s);
+}
+
+static void test_malformed_config_refuses_to_create(void)
+{
+    tide_sim *sim;
+    CHECK_OK(tide_sim_create(NULL, &sim));
+    tide_backend be = tide_sim_backend(sim);
+    tide_allocator *t = (tide_allocator *)1;
+    CHECK_STATUS(tide_create(&be, "limit:lots", &t), TIDE_EINVAL);
+    CHECK_MESSAGE("bad value 'lots' for limit");
+    CHECK(t == NULL);
+    CHECK_STATUS(tide_create(&be, "colour:blue", &t), TIDE_EINVAL);
+    CHECK_MESSAGE("unknown key 'colour'");
+    tide_backend broken = be;
+    broken.fence_query = NULL;
+    CHECK_STATUS(tide_create(&broken, NULL, &t), TIDE_EINVAL);
+    CHECK_MESSAGE("no fence_query function");
+    CHECK_STATUS(tide_create(NULL, NULL, &t), TIDE_EINVAL);
+    tide_sim_counters c;
+    tide_sim_get_counters(sim, &c);
+    CHECK(c.calls[TIDE_SIM_RESERVE] == 0);
+    tide_sim_destroy(sim);
+}
+
+int main(void)
+{
+    RUN(test_double_free);
+    RUN(test_free_of_pointer_not_ours);
+    RUN(test_free_of_interior_pointer);
+    RUN(test_sizes_zero_and_too_large);
+    RUN(test_references_misused);
+    RUN(test_null_arguments_and_bad_settings);
+    RUN(test_malformed_config_refuses_to_create);
+    return HARNESS_EXIT();
+}

@@ -1,0 +1,161 @@
+/*
+ * tide_empty_cache gives everything back: after it, with nothing allocated and nothing referenced,
+ * reserved memory is 0 and the device holds nothing. A block still referenced stays PENDING, is
+ * reported, and goes back at a later tide_empty_cache once released.
+ */
+#include "harness.h"
+
+#define ALL TIDE_POOL_ALL
+
+static void test_everything_freed_gives_everything_back(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream s2;
+    CHECK_OK(tide_sim_stream_create(f.sim, &s2));
+    void *p[64];
+    for (int i = 0; i < 64; i++)
+        CHECK_OK(tide_malloc(f.t, (size_t)(i + 1) * 37 * 1024 + (i % 7) * 3 * MIB, i % 2 ? s2 : 0, &p[i]));
+    for (int i = 0; i < 64; i++)
+        CHECK_OK(tide_free(f.t, p[i]));
+    CHECK(held_by_device(f.sim) > 0);
+    tide_release_report r;
+    CHECK_OK(tide_empty_cache(f.t, &r));
+    CHECK(r.reserved_bytes == 0);
+    CHECK(r.pending_blocks == 0);
+    CHECK(r.released_segments > 0);
+    tide_stats s = stats_of(f.t);
+    CHECK(s.reserved_bytes[ALL].current == 0);
+    CHECK(s.segment[ALL].current == 0);
+    CHECK(s.num_device_free == s.num_device_alloc);
+    CHECK(held_by_device(f.sim) == 0);
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
+static void test_live_allocations_stay_and_the_rest_goes(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *keep, *drop1, *drop2;
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &keep));        /* a small segment, kept */
+    CHECK_OK(tide_malloc(f.t, 50 * MIB, 0, &drop1));   /* its own segment, freed */
+    CHECK_OK(tide_malloc(f.t, 3 * MIB, 0, &drop2));    /* a 20 MiB segment, freed */
+    CHECK_OK(tide_free(f.t, drop1));
+    CHECK_OK(tide_free(f.t, drop2));
+    tide_release_report r;
+    CHECK_OK(tide_empty_cache(f.t, &r));
+    CHECK(r.released_segments == 2);
+    CHECK(r.released_bytes == 70 * MIB);
+    CHECK(r.reserved_bytes == 2 * MIB);
+    CHECK(held_by_device(f.sim) == 2 * MIB);
+    CHECK_OK(tide_free(f.t, keep));
+    CHECK_OK(tide_empty_cache(f.t, &r));
+    CHECK(r.reserved_bytes == 0 && held_by_device(f.sim) == 0);
+    fixture_close(&f);
+}
+
+static void test_referenced_block_is_reported_then_released(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *p, *q;
+    CHECK_OK(tide_malloc(f.t, 12345, 0, &p));
+    CHECK_OK(tide_malloc(f.t, 5 * MIB, 0, &q));
+    CHECK_OK(tide_retain(f.t, p)); /* in-flight work that never completes by itself */
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_free(f.t, q));
+    tide_release_report r;
+    CHECK_OK(tide_empty_cache(f.t, &r));
+    CHECK(r.pending_blocks == 1);
+    CHECK(r.pending_bytes == 12800);           /* 12345 rounded up to 512 */
+    CHECK(r.reserved_bytes == 2 * MIB);        /* its segment stays; the large one went */
+    CHECK(held_by_device(f.sim) == 2 * MIB);
+    tide_stats s = stats_of(f.t);
+    CHECK(s.pending_free_blocks[ALL].current == 1);
+    CHECK_OK(tide_check(f.t));
+    CHECK_OK(tide_release(f.t, p));
+    CHECK_OK(tide_empty_cache(f.t, &r));
+    CHECK(r.pending_blocks == 0 && r.reserved_bytes == 0);
+    CHECK(held_by_device(f.sim) == 0);
+    fixture_close(&f);
+}
+
+/* A fence not yet signalled: empty_cache synchronizes the device, so the kernel finishes, the fence
+ * signals, and the block goes back in the same call. */
+static void test_synchronize_drains_fenced_blocks(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream b;
+    CHECK_OK(tide_sim_stream_create(f.sim, &b));
+    void *p;
+    CHECK_OK(tide_malloc(f.t, MIB, 0, &p));
+    CHECK_OK(tide_record_stream(f.t, p, b));
+    struct fill_kernel k = {NULL, p, MIB, 9, NULL};
+    CHECK_OK(tide_sim_enqueue(f.sim, b, 20000, fill_kernel_run, &k)); /* finishes in 20 ms */
+    CHECK_OK(tide_free(f.t, p));
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 1);
+    tide_release_report r;
+    CHECK_OK(tide_empty_cache(f.t, &r));
+    CHECK(r.drained_blocks == 1);
+    CHECK(r.pending_blocks == 0 && r.reserved_bytes == 0);
+    CHECK(stats_of(f.t).num_sync_all_streams == 1);
+    fixture_close(&f);
+}
+
+/* If the device cannot synchronize, empty_cache says so, still gives back what it safely can, and
+ * keeps fenced blocks pending. */
+static void test_failed_synchronize_is_reported(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream b;
+    CHECK_OK(tide_sim_stream_create(f.sim, &b));
+    struct gate g;
+    gate_init(&g);
+    void *p, *q;
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &p));
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &q));
+    CHECK_OK(tide_record_stream(f.t, p, b));
+    struct fill_kernel k = {&g, p, 4096, 1, NULL};
+    CHECK_OK(tide_sim_enqueue(f.sim, b, 0, fill_kernel_run, &k));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_free(f.t, q));
+    tide_sim_inject_fault(f.sim, TIDE_SIM_SYNCHRONIZE, 0, 1);
+    tide_release_report r;
+    CHECK_STATUS(tide_empty_cache(f.t, &r), TIDE_EDEVICE);
+    CHECK_MESSAGE("injected fault in synchronize");
+    CHECK(r.released_bytes == 30 * MIB);   /* the wholly free segment went anyway */
+    CHECK(r.pending_blocks == 1);          /* the fenced block did not */
+    CHECK_OK(tide_check(f.t));
+    gate_open(&g);
+    CHECK_OK(tide_empty_cache(f.t, &r));
+    CHECK(r.pending_blocks == 0 && r.reserved_bytes == 0);
+    gate_destroy(&g);
+    fixture_close(&f);
+}
+
+static void test_destroy_reports_live_allocations(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *p, *q;
+    CHECK_OK(tide_malloc(f.t, 1000, 0, &p));
+    CHECK_OK(tide_malloc(f.t, 2 * MIB, 0, &q));
+    CHECK_STATUS(tide_destroy(f.t), TIDE_EBUSY);
+    CHECK_MESSAGE("2 allocations");
+    CHECK(held_by_device(f.sim) == 0); /* released anyway */
+    tide_sim_destroy(f.sim);
+}
+
+int main(void)
+{
+    RUN(test_everything_freed_gives_everything_back);
+    RUN(test_live_allocations_stay_and_the_rest_goes);
+    RUN(test_referenced_block_is_reported_then_released);
+    RUN(test_synchronize_drains_fenced_blocks);
+    RUN(test_failed_synchronize_is_reported);
+    RUN(test_destroy_reports_live_allocations);
+    return HARNESS_EXIT();
+}

@@ -1,0 +1,332 @@
+/*
+ * Every state transition of a block, for both ways the device holds memory (references, and stream
+ * uses with fences), and the pool, split and merge rules. tide_check runs after every step.
+ */
+#include "harness.h"
+
+#define ALL TIDE_POOL_ALL
+
+static void checked(struct fixture *f) { CHECK_OK(tide_check(f->t)); }
+
+static void test_malloc_rounds_aligns_and_picks_pools(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *p, *q, *r, *big;
+    CHECK_OK(tide_malloc(f.t, 1, 0, &p));
+    CHECK((uintptr_t)p % 512 == 0);
+    tide_stats s = stats_of(f.t);
+    CHECK(s.allocated_bytes[ALL].current == 512);
+    CHECK(s.requested_bytes[ALL].current == 1);
+    CHECK(s.allocation[TIDE_POOL_SMALL].current == 1);
+    CHECK(s.reserved_bytes[TIDE_POOL_SMALL].current == (int64_t)(2 * MIB));
+
+    CHECK_OK(tide_malloc(f.t, MIB, 0, &q));         /* 1 MiB: still the small pool */
+    CHECK_OK(tide_malloc(f.t, MIB + 1, 0, &r));     /* above: the large pool, a 20 MiB segment */
+    CHECK_OK(tide_malloc(f.t, 33 * MIB + 5, 0, &big)); /* 10 MiB or more: a segment of its own size */
+    s = stats_of(f.t);
+    CHECK(s.allocation[TIDE_POOL_SMALL].current == 2);
+    CHECK(s.allocation[TIDE_POOL_LARGE].current == 2);
+    CHECK(s.reserved_bytes[TIDE_POOL_LARGE].current == (int64_t)(20 * MIB + 34 * MIB));
+    /* The 34 MiB segment keeps its last 1 MiB - 512 with the block: too small a rest to split off. */
+    CHECK(s.allocated_bytes[TIDE_POOL_LARGE].current == (int64_t)(MIB + 512 + 34 * MIB));
+    CHECK(s.num_device_alloc == 3);
+    checked(&f);
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_free(f.t, q));
+    CHECK_OK(tide_free(f.t, r));
+    CHECK_OK(tide_free(f.t, big));
+    s = stats_of(f.t);
+    CHECK(s.allocated_bytes[ALL].current == 0 && s.allocation[ALL].current == 0);
+    CHECK(s.cached_bytes[ALL].current == s.reserved_bytes[ALL].current);
+    checked(&f);
+    fixture_close(&f);
+}
+
+static void test_free_makes_block_free_and_reusable_on_its_stream(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *p, *q;
+    CHECK_OK(tide_malloc(f.t, 3000, 0, &p));
+    CHECK_OK(tide_free(f.t, p));
+    tide_stats s = stats_of(f.t);
+    CHECK(s.pending_free_blocks[ALL].current == 0);
+    CHECK(s.allocated_bytes[ALL].current == 0);
+    CHECK_OK(tide_malloc(f.t, 3000, 0, &q));
+    CHECK(q == p);
+    CHECK(stats_of(f.t).num_device_alloc == 1);
+    CHECK_OK(tide_free(f.t, q));
+    checked(&f);
+    fixture_close(&f);
+}
+
+static void test_split_and_merge(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    uint8_t *a, *b, *c;
+    CHECK_OK(tide_malloc(f.t, 4096, 0, (void **)&a));
+    CHECK_OK(tide_malloc(f.t, 4096, 0, (void **)&b));
+    CHECK_OK(tide_malloc(f.t, 4096, 0, (void **)&c));
+    /* Carved one after another from one 2 MiB segment. */
+    CHECK(stats_of(f.t).segment[ALL].current == 1);
+    CHECK(b == a + 4096 && c == b + 4096);
+    CHECK_OK(tide_free(f.t, b));
+    tide_stats s = stats_of(f.t);
+    /* b's hole and the rest of the segment: FREE, but in a segment that cannot be released */
+    CHECK(s.inactive_split_bytes[ALL].current == (int64_t)(2 * MIB - 2 * 4096));
+    checked(&f);
+    CHECK_OK(tide_free(f.t, a)); /* merges with b's hole */
+    checked(&f);
+    CHECK_OK(tide_free(f.t, c)); /* merges everything: the segment is wholly free again */
+    s = stats_of(f.t);
+    CHECK(s.inactive_split_bytes[ALL].current == 0);
+    CHECK(s.cached_bytes[ALL].current == (int64_t)(2 * MIB));
+    checked(&f);
+    /* A wholly free segment serves a request of its whole size without a new reservation. */
+    void *whole;
+    CHECK_OK(tide_malloc(f.t, MIB, 0, &whole));
+    CHECK(whole == a);
+    CHECK_OK(tide_free(f.t, whole));
+    fixture_close(&f);
+}
+
+static void test_references_hold_a_freed_block_pending(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *p, *q;
+    CHECK_OK(tide_malloc(f.t, 8192, 0, &p));
+    CHECK_OK(tide_retain(f.t, p));
+    CHECK_OK(tide_retain(f.t, p));
+    CHECK_OK(tide_free(f.t, p)); /* ACTIVE -> PENDING */
+    tide_stats s = stats_of(f.t);
+    CHECK(s.pending_free_blocks[ALL].current == 1);
+    CHECK(s.pending_free_bytes[ALL].current == 8192);
+    CHECK(s.active_bytes[ALL].current == 8192);
+    CHECK(s.allocated_bytes[ALL].current == 0);
+    checked(&f);
+    CHECK_OK(tide_malloc(f.t, 8192, 0, &q));
+    CHECK(q != p); /* never hands out a PENDING block */
+    CHECK_OK(tide_release(f.t, p));
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 1); /* one reference left */
+    CHECK_OK(tide_release(f.t, p));                             /* PENDING -> FREE */
+    s = stats_of(f.t);
+    CHECK(s.pending_free_blocks[ALL].current == 0);
+    CHECK(s.num_pending_drained == 1);
+    checked(&f);
+    /* Retain and release while ACTIVE: the free is then immediate. */
+    CHECK_OK(tide_retain(f.t, q));
+    CHECK_OK(tide_release(f.t, q));
+    CHECK_OK(tide_free(f.t, q));
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 0);
+    checked(&f);
+    fixture_close(&f);
+}
+
+static void test_stream_uses_hold_a_freed_block_until_fences_signal(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream a, b, c, d;
+    CHECK_OK(tide_sim_stream_create(f.sim, &a));
+    CHECK_OK(tide_sim_stream_create(f.sim, &b));
+    CHECK_OK(tide_sim_stream_create(f.sim, &c));
+    CHECK_OK(tide_sim_stream_create(f.sim, &d));
+    struct gate gb, gc, gd;
+    gate_init(&gb);
+    gate_init(&gc);
+    gate_init(&gd);
+    void *p, *q;
+    CHECK_OK(tide_malloc(f.t, 65536, a, &p));
+    CHECK_OK(tide_record_stream(f.t, p, a)); /* its own stream: nothing to wait for */
+    CHECK_OK(tide_record_stream(f.t, p, b));
+    CHECK_OK(tide_record_stream(f.t, p, c));
+    CHECK_OK(tide_record_stream(f.t, p, d)); /* three other streams: more than the inline room */
+    CHECK_OK(tide_record_stream(f.t, p, c)); /* recorded twice counts once */
+    uint8_t *bytes = p; /* each kernel writes its own bytes of the block */
+    struct fill_kernel kb = {&gb, bytes, 16, 1, NULL}, kc = {&gc, bytes + 16, 16, 2, NULL},
+                       kd = {&gd, bytes + 32, 16, 3, NULL};
+    CHECK_OK(tide_sim_enqueue(f.sim, b, 0, fill_kernel_run, &kb));
+    CHECK_OK(tide_sim_enqueue(f.sim, c, 0, fill_kernel_run, &kc));
+    CHECK_OK(tide_sim_enqueue(f.sim, d, 0, fill_kernel_run, &kd));
+    CHECK_OK(tide_free(f.t, p));
+    tide_sim_counters cnt;
+    tide_sim_get_counters(f.sim, &cnt);
+    CHECK(cnt.calls[TIDE_SIM_FENCE_RECORD] == 3);
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 1);
+    checked(&f);
+
+    gate_open(&gb);
+    gate_open(&gd);
+    CHECK_OK(tide_sim_stream_synchronize(f.sim, b));
+    CHECK_OK(tide_sim_stream_synchronize(f.sim, d));
+    CHECK_OK(tide_malloc(f.t, 512, a, &q)); /* polls: b's and d's fences signalled, c's not */
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 1);
+    CHECK_OK(tide_free(f.t, q));
+    checked(&f);
+
+    gate_open(&gc);
+    CHECK_OK(tide_sim_stream_synchronize(f.sim, c));
+    CHECK_OK(tide_malloc(f.t, 512, a, &q));
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 0);
+    CHECK(stats_of(f.t).num_pending_drained == 1);
+    CHECK_OK(tide_free(f.t, q));
+    checked(&f);
+    /* Fences are pooled: a second round creates no new ones. */
+    tide_sim_get_counters(f.sim, &cnt);
+    uint64_t created = cnt.calls[TIDE_SIM_FENCE_CREATE];
+    CHECK_OK(tide_malloc(f.t, 65536, a, &p));
+    CHECK_OK(tide_record_stream(f.t, p, b));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_sim_synchronize(f.sim));
+    tide_sim_get_counters(f.sim, &cnt);
+    CHECK(cnt.calls[TIDE_SIM_FENCE_CREATE] == created);
+    gate_destroy(&gb);
+    gate_destroy(&gc);
+    gate_destroy(&gd);
+    fixture_close(&f);
+}
+
+static void test_references_and_fences_together(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream b;
+    CHECK_OK(tide_sim_stream_create(f.sim, &b));
+    struct gate g;
+    gate_init(&g);
+    void *p;
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &p));
+    CHECK_OK(tide_retain(f.t, p));
+    CHECK_OK(tide_record_stream(f.t, p, b));
+    struct fill_kernel k = {&g, p, 16, 7, NULL};
+    CHECK_OK(tide_sim_enqueue(f.sim, b, 0, fill_kernel_run, &k));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_release(f.t, p)); /* the reference is gone, the fence is not */
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 1);
+    gate_open(&g);
+    CHECK_OK(tide_empty_cache(f.t, NULL)); /* synchronizes, drains, releases */
+    tide_stats s = stats_of(f.t);
+    CHECK(s.pending_free_blocks[ALL].current == 0);
+    CHECK(s.reserved_bytes[ALL].current == 0);
+    checked(&f);
+    gate_destroy(&g);
+    fixture_close(&f);
+}
+
+static void test_each_stream_keeps_its_own_blocks(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream a, b;
+    CHECK_OK(tide_sim_stream_create(f.sim, &a));
+    CHECK_OK(tide_sim_stream_create(f.sim, &b));
+    void *p, *q;
+    CHECK_OK(tide_malloc(f.t, 4096, a, &p));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_malloc(f.t, 4096, b, &q));
+    CHECK(q != p); /* a block cached on stream a is not given to stream b */
+    tide_stats s = stats_of(f.t);
+    CHECK(s.segment[ALL].current == 2);
+    CHECK(s.num_streams == 2);
+    CHECK_OK(tide_free(f.t, q));
+    checked(&f);
+    fixture_close(&f);
+}
+
+static void test_pending_block_is_never_merged(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    uint8_t *a, *b, *c;
+    CHECK_OK(tide_malloc(f.t, 4096, 0, (void **)&a));
+    CHECK_OK(tide_malloc(f.t, 4096, 0, (void **)&b));
+    CHECK_OK(tide_malloc(f.t, 4096, 0, (void **)&c));
+    CHECK_OK(tide_retain(f.t, b));
+    CHECK_OK(tide_free(f.t, b));
+    CHECK_OK(tide_free(f.t, a));
+    CHECK_OK(tide_free(f.t, c));
+    checked(&f);
+    /* The segment is not wholly free: b sits in the middle, pending. */
+    tide_stats s = stats_of(f.t);
+    CHECK(s.pending_free_bytes[ALL].current == 4096);
+    CHECK(s.inactive_split_bytes[ALL].current == (int64_t)(2 * MIB - 4096));
+    tide_release_report r;
+    CHECK_OK(tide_empty_cache(f.t, &r));
+    CHECK(r.released_segments == 0 && r.pending_blocks == 1); /* a pending block pins its segment */
+    CHECK_OK(tide_release(f.t, b));
+    s = stats_of(f.t);
+    CHECK(s.inactive_split_bytes[ALL].current == 0);
+    CHECK(s.cached_bytes[ALL].current == (int64_t)(2 * MIB));
+    checked(&f);
+    fixture_close(&f);
+}
+
+static void test_failed_fence_owes_a_synchronize(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream b;
+    CHECK_OK(tide_sim_stream_create(f.sim, &b));
+    void *p, *q;
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &p));
+    CHECK_OK(tide_record_stream(f.t, p, b));
+    tide_sim_inject_fault(f.sim, TIDE_SIM_FENCE_CREATE, 0, 1);
+    CHECK_OK(tide_free(f.t, p)); /* the free succeeds; the block waits for a device synchronize */
+    tide_stats s = stats_of(f.t);
+    CHECK(s.pending_free_blocks[ALL].current == 1);
+    CHECK(s.num_fence_errors == 1);
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &q));
+    CHECK(q != p);
+    checked(&f);
+    CHECK_OK(tide_free(f.t, q));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    s = stats_of(f.t);
+    CHECK(s.pending_free_blocks[ALL].current == 0);
+    CHECK(s.reserved_bytes[ALL].current == 0);
+    /* Same for a failed fence record. */
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &p));
+    CHECK_OK(tide_record_stream(f.t, p, b));
+    tide_sim_inject_fault(f.sim, TIDE_SIM_FENCE_RECORD, 0, 1);
+    CHECK_OK(tide_free(f.t, p));
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 1);
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 0);
+    checked(&f);
+    fixture_close(&f);
+}
+
+static void test_max_split_size_keeps_oversize_blocks_whole(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "max_split_size_mb:64");
+    void *big, *small, *again;
+    CHECK_OK(tide_malloc(f.t, 100 * MIB, 0, &big));
+    CHECK_OK(tide_free(f.t, big));
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &small)); /* below 64 MiB: may not take the 100 MiB block */
+    CHECK(small != big);
+    CHECK_OK(tide_malloc(f.t, 90 * MIB, 0, &again)); /* oversize, within 20 MiB: takes it whole */
+    CHECK(again == big);
+    CHECK(stats_of(f.t).allocated_bytes[ALL].current == (int64_t)(30 * MIB + 100 * MIB));
+    CHECK_OK(tide_free(f.t, small));
+    CHECK_OK(tide_free(f.t, again));
+    checked(&f);
+    fixture_close(&f);
+}
+
+int main(void)
+{
+    RUN(test_malloc_rounds_aligns_and_picks_pools);
+    RUN(test_free_makes_block_free_and_reusable_on_its_stream);
+    RUN(test_split_and_merge);
+    RUN(test_references_hold_a_freed_block_pending);
+    RUN(test_stream_uses_hold_a_freed_block_until_fences_signal);
+    RUN(test_references_and_fences_together);
+    RUN(test_each_stream_keeps_its_own_blocks);
+    RUN(test_pending_block_is_never_merged);
+    RUN(test_failed_fence_owes_a_synchronize);
+    RUN(test_max_split_size_keeps_oversize_blocks_whole);
+    return HARNESS_EXIT();
+}

@@ -1,0 +1,251 @@
+/*
+ * Memory pressure: the limit, the garbage-collection threshold, tide_trim, and the out-of-memory ladder
+ * step by step (drain pending, release cached, synchronize and release, fail with a report), driven by
+ * limits and by the simulated device's fault injection.
+ */
+#include "harness.h"
+
+#define ALL TIDE_POOL_ALL
+
+static void test_limit_is_never_exceeded(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "limit:64MiB");
+    void *p[64];
+    int n = 0;
+    tide_status s;
+    while ((s = tide_malloc(f.t, 3 * MIB + 1000, 0, &p[n])) == TIDE_OK) {
+        CHECK(reserved_of(f.t) <= (int64_t)(64 * MIB));
+        n++;
+    }
+    CHECK_STATUS(s, TIDE_ENOMEM);
+    CHECK(n >= 15 && n < 21); /* 60 MiB of 64 usable in 20 MiB segments plus a 4 MiB one */
+    CHECK(stats_of(f.t).reserved_bytes[ALL].peak <= (int64_t)(64 * MIB));
+    for (int i = 0; i < n; i++)
+        CHECK_OK(tide_free(f.t, p[i]));
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
+static void test_segment_shrinks_to_fit_under_the_limit(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "limit:10MiB");
+    void *p;
+    CHECK_OK(tide_malloc(f.t, 3 * MIB, 0, &p)); /* a 20 MiB segment would not fit: a 4 MiB one does */
+    tide_stats s = stats_of(f.t);
+    CHECK(s.reserved_bytes[ALL].current == (int64_t)(4 * MIB));
+    CHECK(s.num_alloc_retries == 0);
+    CHECK_OK(tide_free(f.t, p));
+    fixture_close(&f);
+}
+
+/* Step 1 and 2: a block pending on another stream, whose fence has signalled, is drained; its segment,
+ * now wholly free, is released; the allocation then fits under the limit. No synchronize needed. */
+static void test_ladder_drains_then_releases(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "limit:40MiB");
+    tide_stream a, b, c;
+    CHECK_OK(tide_sim_stream_create(f.sim, &a));
+    CHECK_OK(tide_sim_stream_create(f.sim, &b));
+    CHECK_OK(tide_sim_stream_create(f.sim, &c));
+    void *pb, *pa;
+    CHECK_OK(tide_malloc(f.t, 15 * MIB, b, &pb));
+    CHECK_OK(tide_record_stream(f.t, pb, c));
+    CHECK_OK(tide_free(f.t, pb));                 /* pending on c's fence (c is idle: signalled) */
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 1);
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, a, &pa)); /* 15 + 30 > 40: needs b's memory back */
+    tide_stats s = stats_of(f.t);
+    CHECK(s.num_alloc_retries == 1);
+    CHECK(s.num_pending_drained == 1);
+    CHECK(s.num_device_free == 1);
+    CHECK(s.num_sync_all_streams == 0);
+    CHECK(s.num_ooms == 0);
+    CHECK(s.reserved_bytes[ALL].current == (int64_t)(30 * MIB));
+    CHECK_OK(tide_check(f.t));
+    CHECK_OK(tide_free(f.t, pa));
+    fixture_close(&f);
+}
+
+/* Step 3: the pending block's kernel is still running; only a device synchronize frees it. */
+static void test_ladder_synchronizes_when_it_must(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "limit:40MiB");
+    tide_stream a, b, c;
+    CHECK_OK(tide_sim_stream_create(f.sim, &a));
+    CHECK_OK(tide_sim_stream_create(f.sim, &b));
+    CHECK_OK(tide_sim_stream_create(f.sim, &c));
+    void *pb, *pa;
+    CHECK_OK(tide_malloc(f.t, 15 * MIB, b, &pb));
+    CHECK_OK(tide_record_stream(f.t, pb, c));
+    struct fill_kernel k = {NULL, pb, 4096, 3, NULL};
+    CHECK_OK(tide_sim_enqueue(f.sim, c, 30000, fill_kernel_run, &k)); /* busy for 30 ms */
+    CHECK_OK(tide_free(f.t, pb));
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, a, &pa));
+    tide_stats s = stats_of(f.t);
+    CHECK(s.num_alloc_retries == 1);
+    CHECK(s.num_sync_all_streams == 1);
+    CHECK(s.num_pending_drained == 1);
+    CHECK(s.num_ooms == 0);
+    CHECK_OK(tide_check(f.t));
+    CHECK_OK(tide_free(f.t, pa));
+    fixture_close(&f);
+}
+
+/* Step 4: nothing can be freed; the failure says where the memory is. */
+static void test_ladder_fails_with_a_report(void)
+{
+    struct fixture f;
+    fixture_open(&f, 256 * MIB, "limit:64MiB");
+    void *live, *held, *p = (void *)1;
+    CHECK_OK(tide_malloc(f.t, 40 * MIB, 0, &live));
+    CHECK_OK(tide_malloc(f.t, 12 * MIB, 0, &held));
+    CHECK_OK(tide_retain(f.t, held));
+    CHECK_OK(tide_free(f.t, held));
+    tide_stats before = stats_of(f.t);
+    CHECK_STATUS(tide_malloc(f.t, 20 * MIB, 0, &p), TIDE_ENOMEM);
+    CHECK(p == NULL);
+    CHECK_MESSAGE("out of memory: asked 20.0 MiB");
+    CHECK_MESSAGE("free on the device of 256.0 MiB");
+    CHECK_MESSAGE("reserved 52.0 MiB (limit 64.0 MiB)");
+    CHECK_MESSAGE("40.0 MiB allocated");
+    CHECK_MESSAGE("12.0 MiB pending free");
+    CHECK_MESSAGE("0 B cached of which 0 B releasable");
+    tide_stats s = stats_of(f.t);
+    CHECK(s.num_ooms == 1 && s.num_alloc_retries == 1);
+    CHECK(s.num_sync_all_streams == 1);
+    CHECK(s.reserved_bytes[ALL].current == before.reserved_bytes[ALL].current);
+    CHECK_OK(tide_check(f.t));
+    CHECK_OK(tide_release(f.t, held));
+    CHECK_OK(tide_malloc(f.t, 20 * MIB, 0, &p)); /* now there is room */
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_free(f.t, live));
+    fixture_close(&f);
+}
+
+/* The device itself says no: the ladder retries after each step; once the device agrees, it works. */
+static void test_device_refusals(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *p;
+    tide_sim_inject_fault(f.sim, TIDE_SIM_RESERVE, 0, 1); /* the first reservation fails */
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &p));
+    tide_stats s = stats_of(f.t);
+    CHECK(s.num_alloc_retries == 1 && s.num_ooms == 0);
+    CHECK_OK(tide_free(f.t, p));
+
+    tide_sim_inject_fault(f.sim, TIDE_SIM_RESERVE, 0, UINT32_MAX); /* every one fails */
+    CHECK_STATUS(tide_malloc(f.t, 5 * MIB, 0, &p), TIDE_ENOMEM);
+    CHECK_MESSAGE("out of memory");
+    tide_sim_counters c;
+    tide_sim_get_counters(f.sim, &c);
+    /* 20 MiB then 6 MiB, at step 0, 1, 2 and 3 */
+    CHECK(c.failures[TIDE_SIM_RESERVE] == 1 + 8);
+    CHECK_OK(tide_check(f.t));
+    tide_sim_inject_fault(f.sim, TIDE_SIM_RESERVE, 0, 0);
+    CHECK_OK(tide_malloc(f.t, 5 * MIB, 0, &p));
+    CHECK_OK(tide_free(f.t, p));
+    fixture_close(&f);
+}
+
+/* The device's real limit (not tidepool's): the sim has only 48 MiB. */
+static void test_device_memory_runs_out(void)
+{
+    struct fixture f;
+    fixture_open(&f, 48 * MIB, NULL);
+    void *a, *b, *c;
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &a));
+    CHECK_OK(tide_malloc(f.t, 10 * MIB, 0, &b));
+    CHECK_OK(tide_free(f.t, a));                    /* cached, 30 MiB */
+    CHECK_OK(tide_malloc(f.t, 35 * MIB, 0, &c));    /* needs the cached segment released first */
+    tide_stats s = stats_of(f.t);
+    CHECK(s.num_alloc_retries == 1 && s.num_device_free == 1);
+    CHECK_OK(tide_free(f.t, b));
+    CHECK_OK(tide_free(f.t, c));
+    fixture_close(&f);
+}
+
+static void test_gc_threshold_releases_oldest_first(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "limit:200MiB,garbage_collection_threshold:0.5");
+    tide_stream a, b;
+    CHECK_OK(tide_sim_stream_create(f.sim, &a));
+    CHECK_OK(tide_sim_stream_create(f.sim, &b));
+    void *old, *young, *p, *again;
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, b, &old));
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, b, &young));
+    CHECK_OK(tide_free(f.t, old));   /* idle first: the oldest */
+    CHECK_OK(tide_free(f.t, young));
+    CHECK_OK(tide_malloc(f.t, 46 * MIB, a, &p)); /* 60 + 46 > 100: one idle segment must go */
+    tide_stats s = stats_of(f.t);
+    CHECK(s.num_gc_released == 1);
+    CHECK(s.reserved_bytes[ALL].current == (int64_t)(76 * MIB));
+    CHECK(s.num_alloc_retries == 0); /* the GC is not the out-of-memory ladder */
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, b, &again));
+    CHECK(again == young); /* the younger one was kept */
+    CHECK_OK(tide_free(f.t, again));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
+static void test_trim_to_a_target(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *p[4], *live;
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(tide_malloc(f.t, 12 * MIB, 0, &p[i])); /* four 12 MiB segments */
+    CHECK_OK(tide_malloc(f.t, 12 * MIB, 0, &live));
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(tide_free(f.t, p[i]));
+    tide_release_report r;
+    CHECK_OK(tide_trim(f.t, 40 * MIB, &r));
+    CHECK(r.released_segments == 2 && r.reserved_bytes == 36 * MIB);
+    CHECK_STATUS(tide_trim(f.t, 4 * MIB, &r), TIDE_EBUSY);
+    CHECK_MESSAGE("still above the target");
+    CHECK_MESSAGE("12.0 MiB allocated");
+    CHECK(r.reserved_bytes == 12 * MIB);
+    CHECK_OK(tide_check(f.t));
+    CHECK_OK(tide_free(f.t, live));
+    CHECK_OK(tide_trim(f.t, 0, &r));
+    CHECK(held_by_device(f.sim) == 0);
+    fixture_close(&f);
+}
+
+static void test_lowering_the_limit_releases_cache(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *p, *q;
+    CHECK_OK(tide_malloc(f.t, 50 * MIB, 0, &p));
+    CHECK_OK(tide_malloc(f.t, 50 * MIB, 0, &q));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_set_limit(f.t, 60 * MIB));
+    CHECK(reserved_of(f.t) == (int64_t)(50 * MIB));
+    CHECK_STATUS(tide_malloc(f.t, 20 * MIB, 0, &p), TIDE_ENOMEM);
+    CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &p)); /* in an 8 MiB segment, not the usual 20 MiB */
+    CHECK(reserved_of(f.t) <= (int64_t)(60 * MIB));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_free(f.t, q));
+    fixture_close(&f);
+}
+
+int main(void)
+{
+    RUN(test_limit_is_never_exceeded);
+    RUN(test_segment_shrinks_to_fit_under_the_limit);
+    RUN(test_ladder_drains_then_releases);
+    RUN(test_ladder_synchronizes_when_it_must);
+    RUN(test_ladder_fails_with_a_report);
+    RUN(test_device_refusals);
+    RUN(test_device_memory_runs_out);
+    RUN(test_gc_threshold_releases_oldest_first);
+    RUN(test_trim_to_a_target);
+    RUN(test_lowering_the_limit_releases_cache);
+    return HARNESS_EXIT();
+}

@@ -1,0 +1,222 @@
+/*
+ * The simulated device itself: streams run work in order and no sooner than its delay, fences signal
+ * when their stream reaches them, synchronize waits for everything, the launch queue has a depth,
+ * memory is sparse, and fault injection fails exactly the calls it is told to.
+ */
+#include "harness.h"
+
+#include <stdatomic.h>
+#include <time.h>
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+struct order_log {
+    pthread_mutex_t m;
+    int seen[16];
+    int n;
+    uint64_t ran_at_us[16];
+};
+
+struct logged {
+    struct order_log *log;
+    int id;
+};
+
+static void log_run(void *arg)
+{
+    struct logged *l = arg;
+    pthread_mutex_lock(&l->log->m);
+    l->log->ran_at_us[l->log->n] = now_us();
+    l->log->seen[l->log->n++] = l->id;
+    pthread_mutex_unlock(&l->log->m);
+}
+
+static void test_work_runs_in_order_after_its_delay(void)
+{
+    tide_sim *sim;
+    CHECK_OK(tide_sim_create(NULL, &sim));
+    tide_stream s;
+    CHECK_OK(tide_sim_stream_create(sim, &s));
+    struct order_log log = {PTHREAD_MUTEX_INITIALIZER, {0}, 0, {0}};
+    struct logged items[4] = {{&log, 0}, {&log, 1}, {&log, 2}, {&log, 3}};
+    uint64_t start = now_us();
+    CHECK_OK(tide_sim_enqueue(sim, s, 20000, log_run, &items[0])); /* 20 ms */
+    CHECK_OK(tide_sim_enqueue(sim, s, 0, log_run, &items[1]));     /* waits for the first anyway */
+    CHECK_OK(tide_sim_enqueue(sim, s, 5000, log_run, &items[2]));
+    CHECK_OK(tide_sim_enqueue(sim, s, 0, log_run, &items[3]));
+    CHECK_OK(tide_sim_stream_synchronize(sim, s));
+    CHECK(log.n == 4);
+    for (int i = 0; i < 4; i++)
+        CHECK(log.seen[i] == i);
+    CHECK(log.ran_at_us[0] - start >= 20000);
+    tide_sim_destroy(sim);
+}
+
+static void test_fences_signal_when_the_stream_reaches_them(void)
+{
+    tide_sim *sim;
+    CHECK_OK(tide_sim_create(NULL, &sim));
+    tide_backend be = tide_sim_backend(sim);
+    tide_stream s;
+    CHECK_OK(tide_sim_stream_create(sim, &s));
+    struct gate g;
+    gate_init(&g);
+    void *before, *after, *unrecorded;
+    CHECK_OK(be.fence_create(be.ctx, &before));
+    CHECK_OK(be.fence_create(be.ctx, &after));
+    CHECK_OK(be.fence_create(be.ctx, &unrecorded));
+    CHECK_OK(be.fence_record(be.ctx, before, s)); /* nothing queued yet: signalled */
+    struct fill_kernel k = {&g, NULL, 0, 0, NULL};
+    uint8_t byte;
+    k.ptr = &byte;
+    k.size = 1;
+    CHECK_OK(tide_sim_enqueue(sim, s, 0, fill_kernel_run, &k));
+    CHECK_OK(be.fence_record(be.ctx, after, s));
+    CHECK_STATUS(be.fence_query(be.ctx, before), TIDE_OK);
+    CHECK_STATUS(be.fence_query(be.ctx, after), TIDE_ENOTREADY);
+    CHECK_STATUS(be.fence_query(be.ctx, unrecorded), TIDE_OK);
+    gate_open(&g);
+    CHECK_OK(be.fence_wait(be.ctx, after));
+    CHECK_STATUS(be.fence_query(be.ctx, after), TIDE_OK);
+    /* Re-recording a fence moves it to the stream's new end. */
+    CHECK_OK(tide_sim_enqueue(sim, s, 30000, NULL, NULL));
+    CHECK_OK(be.fence_record(be.ctx, before, s));
+    CHECK_STATUS(be.fence_query(be.ctx, before), TIDE_ENOTREADY);
+    CHECK_OK(be.synchronize(be.ctx));
+    CHECK_STATUS(be.fence_query(be.ctx, before), TIDE_OK);
+    be.fence_destroy(be.ctx, before);
+    be.fence_destroy(be.ctx, after);
+    be.fence_destroy(be.ctx, unrecorded);
+    tide_sim_counters c;
+    tide_sim_get_counters(sim, &c);
+    CHECK(c.live_fences == 0);
+    CHECK(c.calls[TIDE_SIM_FENCE_RECORD] == 3);
+    gate_destroy(&g);
+    tide_sim_destroy(sim);
+}
+
+struct enqueuer {
+    tide_sim *sim;
+    tide_stream s;
+    _Atomic(int) done;
+};
+
+static void *enqueue_third(void *arg)
+{
+    struct enqueuer *e = arg;
+    tide_sim_enqueue(e->sim, e->s, 0, NULL, NULL);
+    atomic_store(&e->done, 1);
+    return NULL;
+}
+
+struct started_kernel {
+    struct gate *gate;
+    _Atomic(int) started;
+};
+
+static void started_kernel_run(void *arg)
+{
+    struct started_kernel *k = arg;
+    atomic_store(&k->started, 1);
+    gate_pass(k->gate);
+}
+
+static void test_a_full_launch_queue_makes_the_host_wait(void)
+{
+    tide_sim *sim;
+    tide_sim_options o = {sizeof o, 0, 2};
+    CHECK_OK(tide_sim_create(&o, &sim));
+    tide_stream s;
+    CHECK_OK(tide_sim_stream_create(sim, &s));
+    struct gate g;
+    gate_init(&g);
+    struct started_kernel k = {&g, 0};
+    CHECK_OK(tide_sim_enqueue(sim, s, 0, started_kernel_run, &k));
+    while (!atomic_load(&k.started)) { /* running now, blocked at the gate: out of the queue */
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    CHECK_OK(tide_sim_enqueue(sim, s, 0, NULL, NULL));
+    CHECK_OK(tide_sim_enqueue(sim, s, 0, NULL, NULL));          /* the queue (depth 2) is full */
+    struct enqueuer e = {sim, s, 0};
+    pthread_t th;
+    pthread_create(&th, NULL, enqueue_third, &e);
+    struct timespec ts = {0, 20000000};
+    nanosleep(&ts, NULL);
+    CHECK(atomic_load(&e.done) == 0);
+    gate_open(&g);
+    pthread_join(th, NULL);
+    CHECK(atomic_load(&e.done) == 1);
+    gate_destroy(&g);
+    tide_sim_destroy(sim);
+}
+
+static void test_memory_is_sparse_real_and_accounted(void)
+{
+    tide_sim *sim;
+    CHECK_OK(tide_sim_create(NULL, &sim)); /* 80 GiB */
+    tide_backend be = tide_sim_backend(sim);
+    size_t free_b, total;
+    CHECK_OK(be.mem_info(be.ctx, &free_b, &total));
+    CHECK(total == 80 * GIB && free_b == total);
+    uintptr_t big;
+    CHECK_OK(be.reserve(be.ctx, 64 * GIB, &big)); /* costs nothing until touched */
+    uint8_t *p = (uint8_t *)big;
+    p[0] = 1;
+    p[64 * GIB - 1] = 2; /* real memory at both ends */
+    CHECK(p[0] == 1 && p[64 * GIB - 1] == 2);
+    CHECK_OK(be.mem_info(be.ctx, &free_b, &total));
+    CHECK(free_b == 16 * GIB);
+    uintptr_t other;
+    CHECK_STATUS(be.reserve(be.ctx, 17 * GIB, &other), TIDE_ENOMEM);
+    CHECK_MESSAGE("out of device memory");
+    CHECK_STATUS(be.release(be.ctx, big + 4096, 4096), TIDE_EINVAL);
+    CHECK_OK(be.release(be.ctx, big, 64 * GIB));
+    tide_sim_counters c;
+    tide_sim_get_counters(sim, &c);
+    CHECK(c.held_bytes == 0 && c.held_segments == 0);
+    tide_sim_destroy(sim);
+}
+
+static void test_fault_injection_fails_exactly_the_planned_calls(void)
+{
+    tide_sim *sim;
+    CHECK_OK(tide_sim_create(NULL, &sim));
+    tide_backend be = tide_sim_backend(sim);
+    uintptr_t a[6];
+    tide_sim_inject_fault(sim, TIDE_SIM_RESERVE, 2, 2); /* the 3rd and 4th calls fail */
+    tide_status expect[6] = {TIDE_OK, TIDE_OK, TIDE_ENOMEM, TIDE_ENOMEM, TIDE_OK, TIDE_OK};
+    for (int i = 0; i < 6; i++) {
+        a[i] = 0;
+        CHECK_STATUS(be.reserve(be.ctx, 2 * MIB, &a[i]), expect[i]);
+    }
+    CHECK_MESSAGE("injected fault in reserve");
+    tide_sim_counters c;
+    tide_sim_get_counters(sim, &c);
+    CHECK(c.calls[TIDE_SIM_RESERVE] == 6 && c.failures[TIDE_SIM_RESERVE] == 2);
+    for (int i = 0; i < 6; i++)
+        if (a[i])
+            CHECK_OK(be.release(be.ctx, a[i], 2 * MIB));
+    tide_sim_inject_fault(sim, TIDE_SIM_SYNCHRONIZE, 0, UINT32_MAX);
+    for (int i = 0; i < 3; i++)
+        CHECK_STATUS(be.synchronize(be.ctx), TIDE_EDEVICE);
+    tide_sim_inject_fault(sim, TIDE_SIM_SYNCHRONIZE, 0, 0);
+    CHECK_OK(be.synchronize(be.ctx));
+    CHECK(strcmp(tide_sim_op_name(TIDE_SIM_FENCE_QUERY), "fence_query") == 0);
+    tide_sim_destroy(sim);
+}
+
+int main(void)
+{
+    RUN(test_work_runs_in_order_after_its_delay);
+    RUN(test_fences_signal_when_the_stream_reaches_them);
+    RUN(test_a_full_launch_queue_makes_the_host_wait);
+    RUN(test_memory_is_sparse_real_and_accounted);
+    RUN(test_fault_injection_fails_exactly_the_planned_calls);
+    return HARNESS_EXIT();
+}

@@ -1,0 +1,200 @@
+/*
+ * Several threads at once: each allocates on its own stream and on a shared one, frees blocks other
+ * threads allocated, records stream uses, and hands blocks to simulated kernels whose completions
+ * release them from the device's own threads. A byte pattern in each block must survive until it is
+ * freed, tide_check runs from a checker thread throughout, and at the end everything goes back.
+ *
+ * TIDE_THREAD_OPS in the environment makes it longer.
+ */
+#include "harness.h"
+
+#include <stdatomic.h>
+#include <time.h>
+
+#define THREADS 8
+#define SLOTS 64
+
+struct shared {
+    struct fixture f;
+    tide_stream own[THREADS], common;
+    pthread_mutex_t lock;          /* the exchange: blocks any thread may free */
+    struct {
+        uint8_t *p;
+        size_t size;
+        uint8_t tag;
+    } exchange[SLOTS];
+    unsigned long ops_per_thread;
+    _Atomic(int) done;
+    _Atomic(unsigned long) kernels, cross_frees, errors;
+};
+
+struct ref_kernel {
+    tide_allocator *t;
+    uint8_t *p;
+    size_t size;
+    uint8_t tag;
+    struct shared *sh;
+};
+
+static void check_pattern(struct shared *sh, const uint8_t *p, size_t size, uint8_t tag)
+{
+    size_t n = size < 64 ? size : 64;
+    if (first_mismatch(p, n, tag) != n || first_mismatch(p + size - n, n, tag) != n) {
+        fprintf(stderr, "block %p lost its pattern\n", (const void *)p);
+        atomic_fetch_add(&sh->errors, 1);
+    }
+}
+
+static void fill_pattern(uint8_t *p, size_t size, uint8_t tag)
+{
+    size_t n = size < 64 ? size : 64;
+    memset(p, tag, n);
+    memset(p + size - n, tag, n);
+}
+
+/* Runs on a simulated stream's thread: the kernel reads its block, then its completion releases it. */
+static void kernel_run(void *arg)
+{
+    struct ref_kernel *k = arg;
+    check_pattern(k->sh, k->p, k->size, k->tag);
+    if (tide_release(k->t, k->p) != TIDE_OK) {
+        fprintf(stderr, "release from a completion: %s\n", tide_last_error());
+        atomic_fetch_add(&k->sh->errors, 1);
+    }
+    free(k);
+}
+
+struct worker {
+    struct shared *sh;
+    int index;
+    uint64_t rng;
+};
+
+static void *worker_run(void *arg)
+{
+    struct worker *w = arg;
+    struct shared *sh = w->sh;
+    tide_allocator *t = sh->f.t;
+    for (unsigned long i = 0; i < sh->ops_per_thread; i++) {
+        uint64_t r = rng_next(&w->rng);
+        size_t size = (size_t)1 << (r % 22);
+        size += (r >> 8) % size;
+        tide_stream stream = (r >> 40) % 4 == 0 ? sh->common : sh->own[w->index];
+        uint8_t tag = (uint8_t)((r >> 32) | 1);
+        uint8_t *p;
+        if (tide_malloc(t, size, stream, (void **)&p) != TIDE_OK) {
+            fprintf(stderr, "thread %d: %s\n", w->index, tide_last_error());
+            atomic_fetch_add(&sh->errors, 1);
+            continue;
+        }
+        fill_pattern(p, size, tag);
+        switch ((r >> 48) % 4) {
+        case 0: /* free it here at once */
+            check_pattern(sh, p, size, tag);
+            if (tide_free(t, p) != TIDE_OK)
+                atomic_fetch_add(&sh->errors, 1);
+            break;
+        case 1: { /* a kernel uses it and releases it when done; free it now */
+            struct ref_kernel *k = malloc(sizeof *k);
+            *k = (struct ref_kernel){t, p, size, tag, sh};
+            tide_retain(t, p);
+            tide_sim_enqueue(sh->f.sim, sh->own[(w->index + 1) % THREADS], (uint32_t)(r % 50), kernel_run, k);
+            atomic_fetch_add(&sh->kernels, 1);
+            if (tide_free(t, p) != TIDE_OK)
+                atomic_fetch_add(&sh->errors, 1);
+            break;
+        }
+        case 2: /* another stream uses it */
+            tide_record_stream(t, p, sh->own[(w->index + 3) % THREADS]);
+            tide_sim_enqueue(sh->f.sim, sh->own[(w->index + 3) % THREADS], (uint32_t)(r % 30), NULL, NULL);
+            if (tide_free(t, p) != TIDE_OK)
+                atomic_fetch_add(&sh->errors, 1);
+            break;
+        default: { /* leave it for any thread to free; free what was there */
+            size_t slot = (r >> 20) % SLOTS;
+            pthread_mutex_lock(&sh->lock);
+            uint8_t *old = sh->exchange[slot].p;
+            size_t old_size = sh->exchange[slot].size;
+            uint8_t old_tag = sh->exchange[slot].tag;
+            sh->exchange[slot].p = p;
+            sh->exchange[slot].size = size;
+            sh->exchange[slot].tag = tag;
+            pthread_mutex_unlock(&sh->lock);
+            if (old) {
+                check_pattern(sh, old, old_size, old_tag);
+                if (tide_free(t, old) != TIDE_OK)
+                    atomic_fetch_add(&sh->errors, 1);
+                atomic_fetch_add(&sh->cross_frees, 1);
+            }
+        }
+        }
+    }
+    return NULL;
+}
+
+static void *checker_run(void *arg)
+{
+    struct shared *sh = arg;
+    while (!atomic_load(&sh->done)) {
+        if (tide_check(sh->f.t) != TIDE_OK) {
+            fprintf(stderr, "tide_check during the run: %s\n", tide_last_error());
+            atomic_fetch_add(&sh->errors, 1);
+        }
+        tide_stats s;
+        s.struct_size = sizeof s;
+        tide_get_stats(sh->f.t, &s);
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void test_threads_on_streams(void)
+{
+    struct shared *sh = calloc(1, sizeof *sh);
+    const char *env = getenv("TIDE_THREAD_OPS");
+    sh->ops_per_thread = env && *env ? strtoul(env, NULL, 10) : 20000;
+    fixture_open(&sh->f, 0, NULL);
+    pthread_mutex_init(&sh->lock, NULL);
+    for (int i = 0; i < THREADS; i++)
+        CHECK_OK(tide_sim_stream_create(sh->f.sim, &sh->own[i]));
+    CHECK_OK(tide_sim_stream_create(sh->f.sim, &sh->common));
+
+    pthread_t threads[THREADS], checker;
+    struct worker workers[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        workers[i] = (struct worker){sh, i, 1000 + (uint64_t)i};
+        pthread_create(&threads[i], NULL, worker_run, &workers[i]);
+    }
+    pthread_create(&checker, NULL, checker_run, sh);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(threads[i], NULL);
+    atomic_store(&sh->done, 1);
+    pthread_join(checker, NULL);
+
+    for (int i = 0; i < SLOTS; i++)
+        if (sh->exchange[i].p)
+            CHECK_OK(tide_free(sh->f.t, sh->exchange[i].p));
+    CHECK_OK(tide_sim_synchronize(sh->f.sim));
+    CHECK(atomic_load(&sh->errors) == 0);
+    CHECK(atomic_load(&sh->kernels) > 0 && atomic_load(&sh->cross_frees) > 0);
+    CHECK_OK(tide_check(sh->f.t));
+    tide_release_report r;
+    CHECK_OK(tide_empty_cache(sh->f.t, &r));
+    CHECK(r.reserved_bytes == 0 && r.pending_blocks == 0);
+    tide_stats s = stats_of(sh->f.t);
+    CHECK(s.allocation[TIDE_POOL_ALL].current == 0);
+    CHECK(s.num_streams == THREADS + 1);
+    fprintf(stderr, "%d threads x %lu operations, %lu kernel releases, %lu cross-thread frees, %llu "
+            "pending blocks drained\n", THREADS, sh->ops_per_thread, atomic_load(&sh->kernels),
+            atomic_load(&sh->cross_frees), (unsigned long long)s.num_pending_drained);
+    fixture_close(&sh->f);
+    pthread_mutex_destroy(&sh->lock);
+    free(sh);
+}
+
+int main(void)
+{
+    RUN(test_threads_on_streams);
+    return HARNESS_EXIT();
+}
