@@ -168,7 +168,15 @@ typedef struct tide_backend {
 
     /* Free and total memory of the device. */
     tide_status (*mem_info)(void *ctx, size_t *free_bytes, size_t *total_bytes);
+
+    /* Optional. If set, the backend owns resources (a driver context, say): a successful tide_create
+     * takes them over and tide_destroy calls close last. Before that, tide_backend_close gives them
+     * back. */
+    void (*close)(void *ctx);
 } tide_backend;
+
+/* Gives back what a backend owns (its close function), if tide_create has not taken it over. */
+TIDE_API void tide_backend_close(tide_backend *backend);
 
 /* For backend authors: set this thread's message (printf-style) to explain the error a backend
  * function is about to return. tidepool prefixes it with what it was doing. */
@@ -194,7 +202,8 @@ TIDE_API tide_status tide_create(const tide_backend *backend, const char *config
 TIDE_API tide_status tide_destroy(tide_allocator *t);
 
 /* Allocates size bytes (1 byte up to the device's total memory) for use on stream. The block is
- * aligned to 512 bytes. On TIDE_ENOMEM, *out is NULL and the message is the out-of-memory report. */
+ * aligned to 512 bytes. On TIDE_ENOMEM, *out is NULL and the message is the out-of-memory report (a
+ * size above the device's total memory is TIDE_ENOMEM at once, saying so). Size 0 is TIDE_EINVAL. */
 TIDE_API tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out);
 
 /* Frees a block tide_malloc returned. If other streams used it (tide_record_stream) or references are
@@ -387,6 +396,49 @@ TIDE_API void tide_sim_get_counters(tide_sim *sim, tide_sim_counters *out);
 
 /* The name of a tide_sim_op ("reserve", "fence_create", ...). */
 TIDE_API const char *tide_sim_op_name(tide_sim_op op);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* CUDA                                                                                              */
+/* ------------------------------------------------------------------------------------------------ */
+/*
+ * The CUDA backend uses the driver API, loaded at run time: libtidepool needs no CUDA to build or
+ * link, and these calls return TIDE_EUNSUPPORTED (with the reason) where there is no driver. Memory
+ * comes from cuMemAlloc in the device's primary context, the one the CUDA runtime uses, so tidepool
+ * works beside PyTorch, CuPy and any runtime-API code on the same device. Fences are CUDA events
+ * (timing disabled), created once and reused. Driver errors come back as status codes with the
+ * driver's own error name in the message.
+ */
+
+/* The number of CUDA devices. */
+TIDE_API tide_status tide_cuda_device_count(int *out);
+
+/* A backend for CUDA device `device`. Pass it to tide_create, which takes it over; or give it back
+ * with tide_backend_close. */
+TIDE_API tide_status tide_backend_cuda(int device, tide_backend *out);
+
+/* One allocator per CUDA device, each created on first use with the same config: what a framework
+ * that allocates on several devices needs. Any thread may call these. */
+typedef struct tide_devices tide_devices;
+
+TIDE_API tide_status tide_devices_create(const char *config, tide_devices **out);
+/* Destroys every allocator (see tide_destroy), then the set. */
+TIDE_API tide_status tide_devices_destroy(tide_devices *set);
+/* The allocator of device (created now if needed). */
+TIDE_API tide_status tide_devices_get(tide_devices *set, int device, tide_allocator **out);
+TIDE_API tide_status tide_devices_malloc(tide_devices *set, int device, size_t size, tide_stream stream,
+                                         void **out);
+/* Frees ptr, allocated on device. If device is -1, or ptr is not device's, the owner is looked up. */
+TIDE_API tide_status tide_devices_free(tide_devices *set, int device, void *ptr);
+/* tide_record_stream on whichever device's allocator owns ptr. */
+TIDE_API tide_status tide_devices_record_stream(tide_devices *set, void *ptr, tide_stream stream);
+/* tide_empty_cache on every device's allocator; the first failure is returned. */
+TIDE_API tide_status tide_devices_empty_cache(tide_devices *set);
+
+/* CuPy's CFunctionAllocator calls these (param is a tide_devices *). CuPy passes no stream: every
+ * block counts as allocated on the legacy default stream. malloc returns NULL on failure, with the
+ * message in tide_last_error(). */
+TIDE_API void *tide_cupy_malloc(void *param, size_t size, int device);
+TIDE_API void tide_cupy_free(void *param, void *ptr, int device);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 #include "internal.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,7 +127,8 @@ static tide_status check_backend(const tide_backend *be)
 {
     if (!be)
         return tide__fail(TIDE_EINVAL, "tide_create: the backend is NULL");
-    if (be->struct_size < sizeof *be)
+    /* Fields were only ever added at the end; what an older caller left out stays empty. */
+    if (be->struct_size < offsetof(tide_backend, close))
         return tide__fail(TIDE_EINVAL, "tide_create: backend struct_size is %u, expected %zu (set "
                           "it to sizeof(tide_backend))", be->struct_size, sizeof *be);
     const char *missing = !be->reserve ? "reserve"
@@ -179,7 +181,8 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
     tide_allocator *t = calloc(1, sizeof *t);
     if (!t)
         return tide__fail(TIDE_EHOSTMEM, "tide_create: out of host memory");
-    t->backend = *backend;
+    memcpy(&t->backend, backend, backend->struct_size < sizeof t->backend ? backend->struct_size
+                                                                           : sizeof t->backend);
     if (!t->backend.name)
         t->backend.name = "(unnamed)";
     t->conf = conf;
@@ -223,6 +226,7 @@ tide_status tide_destroy(tide_allocator *t)
     segment_map_free(&t->segmap);
     pthread_mutex_destroy(&t->pressure);
     pthread_mutex_destroy(&t->heaps_lock);
+    tide_backend_close(&t->backend);
     free(t);
 
     char lb[32], hb[32];
@@ -235,6 +239,14 @@ tide_status tide_destroy(tide_allocator *t)
     if (!synced)
         return tide__fail_with_context(TIDE_EDEVICE, "tide_destroy: synchronizing the device");
     return TIDE_OK;
+}
+
+void tide_backend_close(tide_backend *backend)
+{
+    if (backend && backend->struct_size > offsetof(tide_backend, close) && backend->close) {
+        backend->close(backend->ctx);
+        backend->close = NULL;
+    }
 }
 
 /* ---- finding a user's block ------------------------------------------------------------------------ */
@@ -304,8 +316,9 @@ tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream stream, void
     char a[32], b_[32];
     if (size == 0)
         return tide__fail(TIDE_EINVAL, "tide_malloc: size 0; ask for at least 1 byte");
+    /* Out of memory, as the driver and the frameworks say, but no ladder can help: say so. */
     if (size > t->device_total)
-        return tide__fail(TIDE_EINVAL, "tide_malloc: asked %s, more than the device's total memory "
+        return tide__fail(TIDE_ENOMEM, "out of memory: asked %s, more than the device's total memory "
                           "(%s)", format_bytes(size, a), format_bytes(t->device_total, b_));
     size_t rounded = round_up(size, TIDE_UNIT);
     enum pool_kind pool = pool_for_size(rounded);

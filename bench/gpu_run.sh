@@ -1,0 +1,59 @@
+#!/bin/bash
+# Runs tidepool's GPU tests and GPU benchmarks on a machine with an NVIDIA GPU, writing logs and
+# results under $OUT (default bench/out). Phases, so that each fits in one sitting:
+#   bench/gpu_run.sh tests          build, GPU tests (C, CUDA, PyTorch, CuPy), compute-sanitizer,
+#                                   GPT-2 loss determinism
+#   bench/gpu_run.sh seed [STEPS]   the seed's loop under four allocators (default 2000 steps)
+set -u
+OUT=${OUT:-bench/out}
+mkdir -p "$OUT"
+BUILD=build-gpu
+LOG="$OUT/log-$1.txt"
+exec > >(tee -a "$LOG") 2>&1
+export PYTHONUNBUFFERED=1 TIDEPOOL_LIBRARY="$PWD/$BUILD/libtidepool.so"
+echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?') phase $*"
+
+build() {
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c 'import torch, cupy; print("torch", torch.__version__, "cuda", torch.version.cuda, "cupy", cupy.__version__)'
+    cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DTIDE_WERROR=ON >/dev/null &&
+        cmake --build $BUILD -j "$(nproc)" 2>&1 | grep -E "error|warning|Error" ; true
+}
+
+case "$1" in
+tests)
+    build
+    echo "== GPU tests"
+    ctest --test-dir $BUILD -L gpu --output-on-failure -V 2>&1 | grep -vE "^[0-9]+: Test command|^$"
+    echo "== CPU tests on this machine too"
+    ctest --test-dir $BUILD -LE gpu -j 8 2>&1 | tail -3
+    echo "== compute-sanitizer memcheck"
+    for cmd in "$BUILD/tests/gpu_cross_stream 30" "$BUILD/tests/test_cuda_backend"; do
+        timeout 300 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 $cmd 2>&1 | tail -4
+        echo "compute-sanitizer exit status: ${PIPESTATUS[0]} for $cmd"
+    done
+    timeout 400 compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 \
+        python3 tests/gpu/test_torch.py 2>&1 | grep -E "ERROR SUMMARY|FAIL|all passed|failed" | tail -5
+    echo "compute-sanitizer exit status: ${PIPESTATUS[0]} for tests/gpu/test_torch.py"
+    echo "== GPT-2 losses, PyTorch's allocator against tidepool"
+    python3 bench/gpt2_determinism.py --allocator native --steps 50 --json "$OUT/gpt2_native.json" 2>&1 | tail -2
+    python3 bench/gpt2_determinism.py --allocator tidepool --steps 50 --json "$OUT/gpt2_tidepool.json" 2>&1 | tail -2
+    python3 - "$OUT" <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1] + "/gpt2_native.json"))["losses"]
+b = json.load(open(sys.argv[1] + "/gpt2_tidepool.json"))["losses"]
+same = sum(x == y for x, y in zip(a, b))
+print("GPT-2: %d of %d steps have bit-identical losses (first %s, last %s)" % (same, len(a), float.fromhex(a[0]), float.fromhex(a[-1])))
+PY
+    ;;
+seed)
+    build
+    steps=${2:-2000}
+    for alloc in native expandable async tidepool; do
+        python3 bench/seed_loop.py --allocator $alloc --steps "$steps" --json "$OUT/seed_$alloc.json" 2>&1 | tail -3
+    done
+    python3 bench/summarize_seed.py "$OUT"/seed_*.json | tee "$OUT/seed_summary.md"
+    ;;
+*)
+    echo "usage: bench/gpu_run.sh tests | seed [STEPS]"; exit 2 ;;
+esac

@@ -1,0 +1,170 @@
+"""tidepool as PyTorch's CUDA allocator.
+
+    import torch
+    import tidepool.torch
+    tidepool.torch.enable("garbage_collection_threshold:0.8")   # before the first CUDA allocation
+
+    ... train ...
+    torch.cuda.empty_cache()                 # empties tidepool's cache: synchronize, drain, release
+    print(tidepool.torch.memory_summary())   # PyTorch's own memory_stats() raises for a pluggable
+                                             # allocator; these come from tidepool
+
+tensor.record_stream(s) tells tidepool that stream s uses the tensor's memory, which then stays pending
+after the tensor dies until s is done with it. torch.cuda.set_per_process_memory_fraction sets
+tidepool's limit. Running out of memory raises torch.cuda.OutOfMemoryError with tidepool's report.
+"""
+
+import collections
+import json
+import os
+import threading
+
+import torch
+
+from . import _lib
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_lock = threading.Lock()
+_shim = None
+
+
+def _build_shim():
+    """Compiles the C++ hooks with PyTorch's extension builder (cached after the first time)."""
+    from torch.utils import cpp_extension
+
+    library = os.path.abspath(_lib.library_path())
+    return cpp_extension.load(
+        name="tidepool_torch_shim",
+        sources=[os.path.join(_HERE, "_torch_shim.cpp")],
+        extra_include_paths=[_lib.include_dir()],
+        extra_ldflags=[library, "-Wl,-rpath," + os.path.dirname(library)],
+        with_cuda=True,
+        verbose=bool(os.environ.get("TIDEPOOL_VERBOSE_BUILD")),
+    )
+
+
+def enable(config=None):
+    """Makes tidepool the allocator of every CUDA device in this process.
+
+    config is tidepool's configuration string ("limit:0.9,max_split_size_mb:256"; TIDEPOOL_CONF in the
+    environment is read too, this argument wins). Must be called before the first CUDA allocation.
+    """
+    global _shim
+    with _lock:
+        if _shim is not None:
+            raise RuntimeError("tidepool.torch.enable() was already called in this process")
+        if torch.cuda.is_initialized():
+            raise RuntimeError(
+                "tidepool.torch.enable() must be called before the first CUDA allocation: CUDA is "
+                "already initialized in this process, and PyTorch cannot change its allocator once "
+                "it has one. Call it right after `import torch`, before any tensor goes to the GPU.")
+        shim = _build_shim()
+        try:
+            shim.enable(config or "")
+        except RuntimeError as e:
+            if "initialized allocator" in str(e):
+                raise RuntimeError(
+                    "tidepool.torch.enable() must be called before the first CUDA allocation: "
+                    "PyTorch's allocator is already in use (%s)" % e) from None
+            raise
+        _shim = shim
+
+
+def is_enabled():
+    return _shim is not None
+
+
+def _require():
+    if _shim is None:
+        raise RuntimeError("tidepool is not enabled: call tidepool.torch.enable() first")
+    return _shim
+
+
+def _device_index(device):
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    return torch.device(device).index or 0
+
+
+def memory_stats(device=None):
+    """tidepool's statistics for one device, under PyTorch's key names
+    ("allocated_bytes.all.current", "reserved_bytes.large_pool.peak", "num_ooms", ...), plus
+    tidepool's own ("pending_free_bytes.all.current", "num_pending_drained", ...)."""
+    stats = json.loads(_require().stats_json(_device_index(device)))
+    return collections.OrderedDict(sorted(stats.items()))
+
+
+def memory_allocated(device=None):
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def memory_reserved(device=None):
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device=None):
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device=None):
+    _require().reset_peak_stats(_device_index(device))
+
+
+def empty_cache():
+    """Same as torch.cuda.empty_cache() once enabled: synchronize, drain pending frees, release every
+    wholly free segment of every device."""
+    _require().empty_cache()
+
+
+def check(device=None):
+    """Runs tidepool's validator over one device's allocator; raises if an invariant is broken."""
+    _require().check(_device_index(device))
+
+
+def set_limit(nbytes, device=None):
+    _require().set_limit(_device_index(device), int(nbytes))
+
+
+def _format_bytes(n):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return ("%d %s" % (n, unit)) if unit == "B" else ("%.2f %s" % (n, unit))
+        n /= 1024.0
+
+
+def memory_summary(device=None):
+    """A table of tidepool's statistics for one device, like torch.cuda.memory_summary()."""
+    s = memory_stats(device)
+    rows = [
+        ("Allocated memory", "allocated_bytes", True),
+        ("Requested memory", "requested_bytes", True),
+        ("Active memory (allocated + pending)", "active_bytes", True),
+        ("Pending free (still used by the GPU)", "pending_free_bytes", True),
+        ("Cached (free, reusable)", "cached_bytes", True),
+        ("Non-releasable (in split segments)", "inactive_split_bytes", True),
+        ("Reserved from the driver", "reserved_bytes", True),
+        ("Allocations", "allocation", False),
+        ("Segments", "segment", False),
+        ("Pending free blocks", "pending_free_blocks", False),
+    ]
+    width = 40
+    lines = ["=" * 84,
+             " tidepool memory summary, device %d" % _device_index(device),
+             "-" * 84,
+             " %-*s %-10s %14s %14s" % (width, "Metric", "Pool", "Current", "Peak"),
+             "-" * 84]
+    for title, key, is_bytes in rows:
+        for pool in ("all", "small_pool", "large_pool"):
+            cur, peak = s["%s.%s.current" % (key, pool)], s["%s.%s.peak" % (key, pool)]
+            fmt = _format_bytes if is_bytes else str
+            lines.append(" %-*s %-10s %14s %14s" % (width, title if pool == "all" else "", pool,
+                                                    fmt(cur), fmt(peak)))
+    lines.append("-" * 84)
+    for key in ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_ooms",
+                "num_sync_all_streams", "num_pending_drained", "num_gc_released"):
+        lines.append(" %-*s %14d" % (width + 11, key, s[key]))
+    lines.append(" %-*s %14s" % (width + 11, "limit", _format_bytes(s["limit_bytes"])))
+    lines.append("=" * 84)
+    return "\n".join(lines)

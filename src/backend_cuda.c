@@ -1,0 +1,319 @@
+/*
+ * The CUDA backend: device memory, fences and synchronization through the CUDA driver API.
+ *
+ * The driver is loaded at run time with dlopen, so libtidepool builds, links and runs on machines
+ * without CUDA, and picks a GPU up where there is one. The types and constants below are the driver
+ * API's own (cuda.h); they are declared here so no CUDA header is needed to build.
+ *
+ * Every call works in the device's primary context, the one the CUDA runtime (and so PyTorch and CuPy)
+ * uses, made current only for the call if the calling thread has another one current. Fences are
+ * events created without timing; tidepool pools and reuses them.
+ */
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef unsigned long long CUdeviceptr;
+
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_DEINITIALIZED = 4,
+    CUDA_ERROR_NOT_READY = 600,
+    CU_EVENT_DISABLE_TIMING = 2,
+};
+
+/* The driver functions tidepool uses, by the names the driver exports. */
+static struct driver {
+    CUresult (*Init)(unsigned);
+    CUresult (*DeviceGetCount)(int *);
+    CUresult (*DeviceGet)(CUdevice *, int);
+    CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*DevicePrimaryCtxRelease)(CUdevice);
+    CUresult (*CtxGetCurrent)(CUcontext *);
+    CUresult (*CtxPushCurrent)(CUcontext);
+    CUresult (*CtxPopCurrent)(CUcontext *);
+    CUresult (*CtxSynchronize)(void);
+    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*MemFree)(CUdeviceptr);
+    CUresult (*MemGetInfo)(size_t *, size_t *);
+    CUresult (*EventCreate)(CUevent *, unsigned);
+    CUresult (*EventRecord)(CUevent, CUstream);
+    CUresult (*EventQuery)(CUevent);
+    CUresult (*EventSynchronize)(CUevent);
+    CUresult (*EventDestroy)(CUevent);
+    CUresult (*GetErrorName)(CUresult, const char **);
+    CUresult (*GetErrorString)(CUresult, const char **);
+} cu;
+
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+static char driver_problem[512]; /* why the driver could not be loaded, or "" */
+static CUresult driver_init_result;
+
+static void load_driver(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(driver_problem, sizeof driver_problem,
+                 "the CUDA driver (libcuda.so.1) is not on this machine: %s", dlerror());
+        return;
+    }
+    static const struct {
+        const char *name;
+        size_t offset;
+    } symbols[] = {
+#define SYMBOL(field, name) {name, offsetof(struct driver, field)}
+        SYMBOL(Init, "cuInit"),
+        SYMBOL(DeviceGetCount, "cuDeviceGetCount"),
+        SYMBOL(DeviceGet, "cuDeviceGet"),
+        SYMBOL(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+        SYMBOL(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
+        SYMBOL(CtxGetCurrent, "cuCtxGetCurrent"),
+        SYMBOL(CtxPushCurrent, "cuCtxPushCurrent_v2"),
+        SYMBOL(CtxPopCurrent, "cuCtxPopCurrent_v2"),
+        SYMBOL(CtxSynchronize, "cuCtxSynchronize"),
+        SYMBOL(MemAlloc, "cuMemAlloc_v2"),
+        SYMBOL(MemFree, "cuMemFree_v2"),
+        SYMBOL(MemGetInfo, "cuMemGetInfo_v2"),
+        SYMBOL(EventCreate, "cuEventCreate"),
+        SYMBOL(EventRecord, "cuEventRecord"),
+        SYMBOL(EventQuery, "cuEventQuery"),
+        SYMBOL(EventSynchronize, "cuEventSynchronize"),
+        SYMBOL(EventDestroy, "cuEventDestroy_v2"),
+        SYMBOL(GetErrorName, "cuGetErrorName"),
+        SYMBOL(GetErrorString, "cuGetErrorString"),
+#undef SYMBOL
+    };
+    for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++) {
+        void *f = dlsym(lib, symbols[i].name);
+        if (!f) {
+            snprintf(driver_problem, sizeof driver_problem,
+                     "the CUDA driver has no %s: it is too old for tidepool", symbols[i].name);
+            return;
+        }
+        memcpy((char *)&cu + symbols[i].offset, &f, sizeof f);
+    }
+    driver_init_result = cu.Init(0);
+}
+
+/* "CUDA_ERROR_INVALID_VALUE (invalid argument)" */
+static const char *error_words(CUresult r, char buf[160])
+{
+    const char *name = NULL, *text = NULL;
+    if (cu.GetErrorName)
+        cu.GetErrorName(r, &name);
+    if (cu.GetErrorString)
+        cu.GetErrorString(r, &text);
+    snprintf(buf, 160, "%s (%s)", name ? name : "CUDA error", text ? text : "no description");
+    return buf;
+}
+
+/* Maps a driver result to a status, with the driver's words in the thread's message. */
+static tide_status driver_failed(CUresult r, const char *call)
+{
+    char words[160];
+    tide_backend_error("%s: %s", call, error_words(r, words));
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? TIDE_ENOMEM : TIDE_EDEVICE;
+}
+
+static tide_status driver_ready(void)
+{
+    pthread_once(&driver_once, load_driver);
+    if (driver_problem[0])
+        return tide__fail(TIDE_EUNSUPPORTED, "%s", driver_problem);
+    if (driver_init_result != CUDA_SUCCESS) {
+        char words[160];
+        return tide__fail(TIDE_EUNSUPPORTED, "cuInit: %s", error_words(driver_init_result, words));
+    }
+    return TIDE_OK;
+}
+
+tide_status tide_cuda_device_count(int *out)
+{
+    if (!out)
+        return tide__fail(TIDE_EINVAL, "tide_cuda_device_count: out is NULL");
+    *out = 0;
+    tide_status s = driver_ready();
+    if (s != TIDE_OK)
+        return s;
+    CUresult r = cu.DeviceGetCount(out);
+    if (r != CUDA_SUCCESS)
+        return tide__fail_with_context(driver_failed(r, "cuDeviceGetCount"), "counting CUDA devices");
+    return TIDE_OK;
+}
+
+/* ---- one device ------------------------------------------------------------------------------------ */
+
+struct cuda_device {
+    int ordinal;
+    CUdevice dev;
+    CUcontext ctx;
+};
+
+/* Makes the device's context current for one call; undone by leave. */
+static CUresult enter(const struct cuda_device *d, bool *pushed)
+{
+    CUcontext cur = NULL;
+    *pushed = false;
+    CUresult r = cu.CtxGetCurrent(&cur);
+    if (r != CUDA_SUCCESS || cur == d->ctx)
+        return r;
+    r = cu.CtxPushCurrent(d->ctx);
+    *pushed = r == CUDA_SUCCESS;
+    return r;
+}
+
+static void leave(bool pushed)
+{
+    CUcontext popped;
+    if (pushed)
+        cu.CtxPopCurrent(&popped);
+}
+
+/* Runs one driver call in the device's context: `call` is an expression using the driver. */
+#define IN_CONTEXT(d, result, call)                                                                \
+    do {                                                                                           \
+        bool pushed_;                                                                              \
+        (result) = enter((d), &pushed_);                                                           \
+        if ((result) == CUDA_SUCCESS)                                                              \
+            (result) = (call);                                                                     \
+        leave(pushed_);                                                                            \
+    } while (0)
+
+static tide_status cuda_reserve(void *ctx, size_t size, uintptr_t *out)
+{
+    CUdeviceptr p = 0;
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.MemAlloc(&p, size));
+    if (r != CUDA_SUCCESS)
+        return driver_failed(r, "cuMemAlloc");
+    *out = (uintptr_t)p;
+    return TIDE_OK;
+}
+
+static tide_status cuda_release(void *ctx, uintptr_t addr, size_t size)
+{
+    (void)size;
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.MemFree((CUdeviceptr)addr));
+    /* At process exit the driver may be torn down before the last frees: the memory went with it. */
+    if (r == CUDA_ERROR_DEINITIALIZED)
+        return TIDE_OK;
+    return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuMemFree");
+}
+
+static tide_status cuda_fence_create(void *ctx, void **out)
+{
+    CUevent e = NULL;
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.EventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    if (r != CUDA_SUCCESS)
+        return driver_failed(r, "cuEventCreate");
+    *out = e;
+    return TIDE_OK;
+}
+
+static tide_status cuda_fence_record(void *ctx, void *fence, tide_stream stream)
+{
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.EventRecord((CUevent)fence, (CUstream)stream));
+    return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuEventRecord");
+}
+
+static tide_status cuda_fence_query(void *ctx, void *fence)
+{
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.EventQuery((CUevent)fence));
+    if (r == CUDA_SUCCESS)
+        return TIDE_OK;
+    if (r == CUDA_ERROR_NOT_READY)
+        return TIDE_ENOTREADY;
+    return driver_failed(r, "cuEventQuery");
+}
+
+static tide_status cuda_fence_wait(void *ctx, void *fence)
+{
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.EventSynchronize((CUevent)fence));
+    return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuEventSynchronize");
+}
+
+static void cuda_fence_destroy(void *ctx, void *fence)
+{
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.EventDestroy((CUevent)fence));
+    (void)r; /* nothing to do about a failure here, and at exit the driver may be gone */
+}
+
+static tide_status cuda_synchronize(void *ctx)
+{
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.CtxSynchronize());
+    return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuCtxSynchronize");
+}
+
+static tide_status cuda_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.MemGetInfo(free_bytes, total_bytes));
+    return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuMemGetInfo");
+}
+
+static void cuda_close(void *ctx)
+{
+    struct cuda_device *d = ctx;
+    if (!d)
+        return;
+    cu.DevicePrimaryCtxRelease(d->dev);
+    free(d);
+}
+
+tide_status tide_backend_cuda(int device, tide_backend *out)
+{
+    if (!out)
+        return tide__fail(TIDE_EINVAL, "tide_backend_cuda: out is NULL");
+    memset(out, 0, sizeof *out);
+    tide_status s = driver_ready();
+    if (s != TIDE_OK)
+        return s;
+    int count = 0;
+    CUresult r = cu.DeviceGetCount(&count);
+    if (r != CUDA_SUCCESS)
+        return tide__fail_with_context(driver_failed(r, "cuDeviceGetCount"), "tide_backend_cuda");
+    if (device < 0 || device >= count)
+        return tide__fail(TIDE_EINVAL, "tide_backend_cuda: no CUDA device %d (this machine has %d)",
+                          device, count);
+    struct cuda_device *d = calloc(1, sizeof *d);
+    if (!d)
+        return tide__fail(TIDE_EHOSTMEM, "tide_backend_cuda: out of host memory");
+    d->ordinal = device;
+    if ((r = cu.DeviceGet(&d->dev, device)) != CUDA_SUCCESS ||
+        (r = cu.DevicePrimaryCtxRetain(&d->ctx, d->dev)) != CUDA_SUCCESS) {
+        free(d);
+        return tide__fail_with_context(driver_failed(r, "cuDevicePrimaryCtxRetain"),
+                                       "tide_backend_cuda(%d)", device);
+    }
+    out->struct_size = sizeof *out;
+    out->name = "cuda";
+    out->ctx = d;
+    out->reserve = cuda_reserve;
+    out->release = cuda_release;
+    out->fence_create = cuda_fence_create;
+    out->fence_record = cuda_fence_record;
+    out->fence_query = cuda_fence_query;
+    out->fence_wait = cuda_fence_wait;
+    out->fence_destroy = cuda_fence_destroy;
+    out->synchronize = cuda_synchronize;
+    out->mem_info = cuda_mem_info;
+    out->close = cuda_close;
+    return TIDE_OK;
+}

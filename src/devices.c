@@ -1,0 +1,164 @@
+/*
+ * One allocator per CUDA device, created on first use: what PyTorch's and CuPy's allocator hooks need,
+ * since they pass a device index with every call.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEVICES 64
+
+struct tide_devices {
+    pthread_mutex_t lock;                 /* serializes creation */
+    char *config;
+    _Atomic(tide_allocator *) per_device[MAX_DEVICES];
+};
+
+tide_status tide_devices_create(const char *config, tide_devices **out)
+{
+    if (!out)
+        return tide__fail(TIDE_EINVAL, "tide_devices_create: out is NULL");
+    *out = NULL;
+    /* Check the config now, so a bad one fails here and not at the first allocation. */
+    struct tide_config c;
+    config_defaults(&c);
+    tide_status s = config_parse(&c, config, "config");
+    if (s != TIDE_OK)
+        return s;
+    tide_devices *set = calloc(1, sizeof *set);
+    if (!set || (config && !(set->config = strdup(config)))) {
+        free(set);
+        return tide__fail(TIDE_EHOSTMEM, "tide_devices_create: out of host memory");
+    }
+    pthread_mutex_init(&set->lock, NULL);
+    *out = set;
+    return TIDE_OK;
+}
+
+tide_status tide_devices_destroy(tide_devices *set)
+{
+    if (!set)
+        return TIDE_OK;
+    tide_status first = TIDE_OK;
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        tide_status s = tide_destroy(atomic_load(&set->per_device[i]));
+        if (s != TIDE_OK && first == TIDE_OK)
+            first = s;
+    }
+    pthread_mutex_destroy(&set->lock);
+    free(set->config);
+    free(set);
+    return first;
+}
+
+tide_status tide_devices_get(tide_devices *set, int device, tide_allocator **out)
+{
+    if (!set || !out)
+        return tide__fail(TIDE_EINVAL, "tide_devices_get: set or out is NULL");
+    if (device < 0 || device >= MAX_DEVICES)
+        return tide__fail(TIDE_EINVAL, "tide_devices_get: device %d is not between 0 and %d", device,
+                          MAX_DEVICES - 1);
+    tide_allocator *t = atomic_load_explicit(&set->per_device[device], memory_order_acquire);
+    if (t) {
+        *out = t;
+        return TIDE_OK;
+    }
+    tide_status s = TIDE_OK;
+    pthread_mutex_lock(&set->lock);
+    t = atomic_load(&set->per_device[device]);
+    if (!t) {
+        tide_backend be;
+        s = tide_backend_cuda(device, &be);
+        if (s == TIDE_OK) {
+            s = tide_create(&be, set->config, &t);
+            if (s != TIDE_OK)
+                tide_backend_close(&be);
+            else
+                atomic_store_explicit(&set->per_device[device], t, memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&set->lock);
+    *out = t;
+    return s;
+}
+
+tide_status tide_devices_malloc(tide_devices *set, int device, size_t size, tide_stream stream, void **out)
+{
+    tide_allocator *t;
+    tide_status s = tide_devices_get(set, device, &t);
+    if (s != TIDE_OK) {
+        if (out)
+            *out = NULL;
+        return s;
+    }
+    return tide_malloc(t, size, stream, out);
+}
+
+/* The allocator whose segments hold ptr, or NULL. */
+static tide_allocator *owner_of(tide_devices *set, void *ptr)
+{
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        tide_allocator *t = atomic_load_explicit(&set->per_device[i], memory_order_acquire);
+        if (t && segment_map_find(&t->segmap, (uintptr_t)ptr))
+            return t;
+    }
+    return NULL;
+}
+
+tide_status tide_devices_free(tide_devices *set, int device, void *ptr)
+{
+    if (!set)
+        return tide__fail(TIDE_EINVAL, "tide_devices_free: set is NULL");
+    if (!ptr)
+        return TIDE_OK;
+    tide_allocator *t = NULL;
+    if (device >= 0 && device < MAX_DEVICES)
+        t = atomic_load_explicit(&set->per_device[device], memory_order_acquire);
+    if (!t || !segment_map_find(&t->segmap, (uintptr_t)ptr))
+        t = owner_of(set, ptr);
+    if (!t)
+        return tide__fail(TIDE_EINVAL, "tide_free of %p, which no device's allocator owns", ptr);
+    return tide_free(t, ptr);
+}
+
+tide_status tide_devices_record_stream(tide_devices *set, void *ptr, tide_stream stream)
+{
+    if (!set)
+        return tide__fail(TIDE_EINVAL, "tide_devices_record_stream: set is NULL");
+    tide_allocator *t = owner_of(set, ptr);
+    if (!t)
+        return tide__fail(TIDE_EINVAL, "tide_record_stream of %p, which no device's allocator owns",
+                          ptr);
+    return tide_record_stream(t, ptr, stream);
+}
+
+tide_status tide_devices_empty_cache(tide_devices *set)
+{
+    if (!set)
+        return tide__fail(TIDE_EINVAL, "tide_devices_empty_cache: set is NULL");
+    tide_status first = TIDE_OK;
+    for (int i = 0; i < MAX_DEVICES; i++) {
+        tide_allocator *t = atomic_load_explicit(&set->per_device[i], memory_order_acquire);
+        if (!t)
+            continue;
+        tide_status s = tide_empty_cache(t, NULL);
+        if (s != TIDE_OK && first == TIDE_OK)
+            first = s;
+    }
+    return first;
+}
+
+void *tide_cupy_malloc(void *param, size_t size, int device)
+{
+    void *p = NULL;
+    if (tide_devices_malloc(param, device, size, 0, &p) != TIDE_OK)
+        return NULL;
+    return p;
+}
+
+void tide_cupy_free(void *param, void *ptr, int device)
+{
+    if (tide_devices_free(param, device, ptr) != TIDE_OK)
+        fprintf(stderr, "tidepool: %s\n", tide_last_error());
+}

@@ -1,0 +1,175 @@
+"""tidepool as PyTorch's allocator, on a real GPU.
+
+Runs as a plain script (exit 0 passed, 1 failed, 77 skipped where there is no GPU or no PyTorch).
+Each check prints what it measured.
+"""
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+try:
+    import torch
+except ImportError:
+    print("skipped: PyTorch is not installed")
+    sys.exit(77)
+if not torch.cuda.is_available():
+    print("skipped: no GPU")
+    sys.exit(77)
+
+import tidepool.torch as tt  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok    " if cond else "FAIL  ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def device_used():
+    free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
+def test_enable_after_cuda_init_is_refused():
+    code = ("import sys; sys.path.insert(0, %r); import torch; torch.zeros(1, device='cuda'); "
+            "import tidepool.torch; tidepool.torch.enable()" % os.path.join(ROOT, "python"))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    check(p.returncode != 0 and "before the first CUDA allocation" in p.stderr,
+          "enable() after the first CUDA allocation raises a clear error: %s"
+          % p.stderr.strip().splitlines()[-1][:160])
+
+
+def workload():
+    """Elementwise work over many sizes, on the default stream."""
+    xs = []
+    for i in range(200):
+        n = (i * 7919) % (1 << 22) + 1
+        x = torch.full((n,), float(i), device="cuda")
+        xs.append(x * 2 + 1)
+    total = sum(float(x[0]) for x in xs[:5])
+    del xs
+    return total
+
+
+def test_empty_cache_returns_the_device_to_its_floor():
+    workload()  # loads the kernels once: code memory is the driver's, not the allocator's
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    floor = device_used()
+    check(tt.memory_reserved() == 0, "after empty_cache with nothing alive, tidepool reserves 0 bytes")
+    workload()
+    peak = device_used()
+    torch.cuda.empty_cache()
+    after = device_used()
+    check(after == floor, "device used memory back to its floor after empty_cache: floor %d MiB, "
+          "during %d MiB, after %d MiB" % (floor >> 20, peak >> 20, after >> 20))
+    s = tt.memory_stats()
+    check(s["num_device_free"] == s["num_device_alloc"] and s["reserved_bytes.all.current"] == 0,
+          "every segment reserved was released (%d reserved, %d released)"
+          % (s["num_device_alloc"], s["num_device_free"]))
+
+
+def test_record_stream_keeps_the_block_pending():
+    side = torch.cuda.Stream()
+    n = 8 << 20
+    x = torch.empty(n, device="cuda")
+    address = x.data_ptr()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # about 0.1 s of GPU time on the side stream
+        x.add_(1)
+    x.record_stream(side)
+    drained_before = tt.memory_stats()["num_pending_drained"]
+    del x
+    s = tt.memory_stats()
+    check(s["pending_free_blocks.all.current"] == 1,
+          "a tensor used by another stream is pending after it dies (pending blocks: %d)"
+          % s["pending_free_blocks.all.current"])
+    y = torch.empty(n, device="cuda")
+    check(y.data_ptr() != address, "its memory is not handed out while the side stream runs")
+    del y
+    side.synchronize()
+    z = torch.empty(16, device="cuda")  # each allocation drains what has signalled
+    s = tt.memory_stats()
+    check(s["pending_free_blocks.all.current"] == 0 and s["num_pending_drained"] == drained_before + 1,
+          "once the side stream is done, the block is drained (drained: %d)" % s["num_pending_drained"])
+    del z
+
+
+def test_statistics():
+    torch.cuda.empty_cache()
+    tt.reset_peak_memory_stats()
+    a = torch.empty(1000, dtype=torch.uint8, device="cuda")
+    b = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+    s = tt.memory_stats()
+    check(s["allocated_bytes.all.current"] == 1024 + (3 << 20),
+          "allocated_bytes.all.current counts both tensors (%d)" % s["allocated_bytes.all.current"])
+    check(s["requested_bytes.all.current"] == 1000 + (3 << 20), "requested_bytes as asked")
+    check(s["reserved_bytes.small_pool.current"] == 2 << 20 and
+          s["reserved_bytes.large_pool.current"] == 20 << 20, "reserved per pool")
+    summary = tt.memory_summary()
+    check("Allocated memory" in summary and "Pending free" in summary, "memory_summary() prints a table")
+    print(summary)
+    del a, b
+    tt.check()
+    check(True, "tide_check passes")
+
+
+def test_out_of_memory_raises_torch_oom():
+    free, total = torch.cuda.mem_get_info()
+    try:
+        torch.empty(free + (8 << 30), dtype=torch.uint8, device="cuda")
+        check(False, "an allocation larger than free memory raises")
+    except torch.cuda.OutOfMemoryError as e:
+        check("tidepool" in str(e) and "asked" in str(e),
+              "torch.cuda.OutOfMemoryError with tidepool's report: %s" % str(e)[:300])
+    torch.cuda.set_per_process_memory_fraction(0.01)
+    try:
+        torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
+        check(False, "set_per_process_memory_fraction(0.01) limits tidepool")
+    except torch.cuda.OutOfMemoryError:
+        check(tt.memory_stats()["limit_bytes"] == int(total * 0.01),
+              "set_per_process_memory_fraction sets tidepool's limit")
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    x = torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
+    del x
+
+
+def test_training_step_and_cublas():
+    model = torch.nn.Linear(1024, 1024).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(20):
+        loss = model(torch.randn(256, 1024, device="cuda")).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.cuda.synchronize()
+    check(bool(torch.isfinite(loss)), "a small training loop (cuBLAS, autograd, optimizer) runs")
+    tt.check()
+
+
+def main():
+    test_enable_after_cuda_init_is_refused()
+    t0 = time.time()
+    tt.enable()
+    print("enabled in %.1f s (includes compiling the C++ hooks the first time)" % (time.time() - t0))
+    check(tt.is_enabled(), "tidepool is PyTorch's allocator")
+    test_empty_cache_returns_the_device_to_its_floor()
+    test_record_stream_keeps_the_block_pending()
+    test_statistics()
+    test_out_of_memory_raises_torch_oom()
+    test_training_step_and_cublas()
+    if failures:
+        print("%d check(s) failed" % len(failures))
+        return 1
+    print("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
