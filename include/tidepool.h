@@ -38,6 +38,13 @@
  *   2 MiB). Each stream has its own blocks; a block is split when the rest is worth keeping and merged with
  *   its free neighbours when freed.
  *
+ * HOLDING MEMORY
+ *   Freed memory stays cached for reuse, with one exception that keeps the footprint low: before
+ *   reserving a segment that would take reserved memory past the most it has ever been, tidepool gives
+ *   back wholly free segments (oldest first), since none of them could serve the request. If a segment
+ *   of the same size was given back that way shortly before, the program evidently needs it, and the
+ *   mark rises instead; so a training loop's steady state makes no driver calls at all.
+ *
  * MEMORY PRESSURE
  *   A limit (config key "limit", or tide_set_limit) that reserved memory never exceeds. Below it, an
  *   optional garbage-collection threshold ("garbage_collection_threshold") at which the oldest cached

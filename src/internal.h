@@ -35,14 +35,30 @@
 #define MiB (1024 * KiB)
 #define GiB (1024 * MiB)
 
+#ifndef TIDE_UNIT
 #define TIDE_UNIT 512                         /* every block size is a multiple of this */
+#endif
+#ifndef TIDE_SMALL_MAX
 #define TIDE_SMALL_MAX (1 * MiB)              /* requests up to this come from the small pool */
+#endif
+#ifndef TIDE_SMALL_SEGMENT
 #define TIDE_SMALL_SEGMENT (2 * MiB)          /* segment size of the small pool */
+#endif
+#ifndef TIDE_LARGE_SEGMENT
 #define TIDE_LARGE_SEGMENT (20 * MiB)         /* segment size for large requests below ... */
+#endif
+#ifndef TIDE_LARGE_DIRECT_MIN
 #define TIDE_LARGE_DIRECT_MIN (10 * MiB)      /* ... this; larger ones get a segment of their own size */
+#endif
+#ifndef TIDE_LARGE_SPLIT_MIN_REST
 #define TIDE_LARGE_SPLIT_MIN_REST (1 * MiB)   /* a large block is split only if more than this is left */
+#endif
+#ifndef TIDE_OVERSIZE_SLACK
 #define TIDE_OVERSIZE_SLACK (20 * MiB)        /* an oversize block may be this much larger than asked */
+#endif
+#ifndef TIDE_FIT_SCAN
 #define TIDE_FIT_SCAN 16                      /* blocks compared in the request's own size class */
+#endif
 
 /* ---- Sizes: do not modify (the segment map and the free index depend on them) ------------------ */
 #define TIDE_SEGMENT_GRANULE_SHIFT 21         /* segments are multiples of 2 MiB */
@@ -288,6 +304,11 @@ struct tide_allocator {
     size_t gc_threshold;                      /* 0 = off */
     size_t reserved;                          /* total, under pressure */
     size_t reserved_peak;
+    size_t high_water;                        /* reserved may not pass it while idle segments could be
+                                                 released instead; see grow() in pressure.c */
+#define TIDE_RECENT_RELEASES 32
+    size_t recent_releases[TIDE_RECENT_RELEASES]; /* sizes released to stay under high_water */
+    unsigned recent_next;
     struct segment *spare_segments;           /* recycled segment structs, under pressure */
     struct segment_map segmap;
     uint64_t num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_sync_all_streams,

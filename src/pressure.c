@@ -75,14 +75,20 @@ static tide_status reserve_segment(tide_allocator *t, enum pool_kind pool, size_
     t->reserved += size;
     if (t->reserved > t->reserved_peak)
         t->reserved_peak = t->reserved;
+    if (t->reserved > t->high_water)
+        t->high_water = t->reserved;
     t->num_device_alloc++;
     *out = seg;
     return TIDE_OK;
 }
 
+/* Why segments are released: only releases made to stay under the high-water mark are remembered. */
+enum release_reason { RELEASE_ASKED, RELEASE_FOR_HIGH_WATER };
+
 /* Gives detached segments back to the backend. A segment the backend refuses to take goes back to its
  * heap as idle, so nothing is lost; the first such error is returned. */
-static tide_status release_segments(tide_allocator *t, struct segment *list, tide_release_report *r)
+static tide_status release_segments(tide_allocator *t, struct segment *list, tide_release_report *r,
+                                    enum release_reason why)
 {
     const tide_backend *be = &t->backend;
     tide_status first_error = TIDE_OK;
@@ -94,6 +100,8 @@ static tide_status release_segments(tide_allocator *t, struct segment *list, tid
         if (s == TIDE_OK) {
             t->reserved -= seg->size;
             t->num_device_free++;
+            if (why == RELEASE_FOR_HIGH_WATER)
+                t->recent_releases[t->recent_next++ % TIDE_RECENT_RELEASES] = seg->size;
             if (r) {
                 r->released_bytes += seg->size;
                 r->released_segments++;
@@ -120,8 +128,8 @@ static tide_status release_segments(tide_allocator *t, struct segment *list, tid
 static uint32_t heap_count(tide_allocator *t) { return atomic_load(&t->nheaps); }
 
 /* Releases idle segments of every heap, oldest first across heaps, until `want` bytes are released. */
-static tide_status release_oldest(tide_allocator *t, size_t want, tide_release_report *r,
-                                  size_t *released)
+static tide_status release_oldest(tide_allocator *t, size_t want, enum release_reason why,
+                                  tide_release_report *r, size_t *released)
 {
     size_t done = 0;
     tide_status first_error = TIDE_OK;
@@ -145,7 +153,7 @@ static tide_status release_oldest(tide_allocator *t, size_t want, tide_release_r
         pthread_mutex_unlock(&oldest->lock);
         if (!got)
             continue; /* it was reused meanwhile */
-        tide_status s = release_segments(t, list, r);
+        tide_status s = release_segments(t, list, r, why);
         if (s != TIDE_OK) {
             if (first_error == TIDE_OK)
                 first_error = s;
@@ -167,7 +175,7 @@ static tide_status release_all_idle(tide_allocator *t, tide_release_report *r)
         pthread_mutex_lock(&h->lock);
         heap_detach_idle(h, UINT64_MAX, SIZE_MAX, &list);
         pthread_mutex_unlock(&h->lock);
-        tide_status s = release_segments(t, list, r);
+        tide_status s = release_segments(t, list, r, RELEASE_ASKED);
         if (s != TIDE_OK && first_error == TIDE_OK)
             first_error = s;
     }
@@ -224,6 +232,14 @@ static struct block *retry_fit(struct heap *h, enum pool_kind pool, size_t round
     return b;
 }
 
+static bool recently_released(tide_allocator *t, size_t size)
+{
+    for (unsigned i = 0; i < TIDE_RECENT_RELEASES; i++)
+        if (t->recent_releases[i] == size)
+            return true;
+    return false;
+}
+
 /* Reserves a segment for the request and takes the block from it. */
 static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
                         size_t requested, struct block **out)
@@ -232,9 +248,21 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
     int nsizes = sizes[1] < sizes[0] ? 2 : 1;
     for (int i = 0; i < nsizes; i++) {
         size_t size = sizes[i];
+        /* Idle segments could not serve this request (the fit would have used them). Rather than
+         * hold them and a new segment too, raising the most ever reserved, give them back first.
+         * Only if a segment of this very size went back that way lately does the mark rise: the
+         * program needs that memory, and releasing again would only repeat itself, reserving and
+         * releasing the same sizes in every step of a training loop. */
+        if (t->reserved + size > t->high_water) {
+            if (recently_released(t, size))
+                t->high_water = t->reserved + size;
+            else
+                release_oldest(t, t->reserved + size - t->high_water, RELEASE_FOR_HIGH_WATER, NULL,
+                               NULL);
+        }
         if (t->gc_threshold && t->reserved + size > t->gc_threshold) {
             tide_release_report gc = {0};
-            release_oldest(t, t->reserved + size - t->gc_threshold, &gc, NULL);
+            release_oldest(t, t->reserved + size - t->gc_threshold, RELEASE_ASKED, &gc, NULL);
             t->num_gc_released += gc.released_segments;
         }
         struct segment *seg = NULL;
@@ -376,7 +404,7 @@ tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report 
     r.drained_blocks = poll_all(t);
     tide_status s = TIDE_OK;
     if (t->reserved > target)
-        s = release_oldest(t, t->reserved - target, &r, NULL);
+        s = release_oldest(t, t->reserved - target, RELEASE_ASKED, &r, NULL);
     fill_report(t, &r);
     if (s == TIDE_OK && t->reserved > target) {
         struct where w = where_is_memory(t);
@@ -401,7 +429,7 @@ tide_status pressure_set_limit(tide_allocator *t, size_t bytes)
     tide_status s = TIDE_OK;
     if (t->reserved > bytes) {
         poll_all(t);
-        s = release_oldest(t, t->reserved - bytes, NULL, NULL);
+        s = release_oldest(t, t->reserved - bytes, RELEASE_ASKED, NULL, NULL);
     }
     pthread_mutex_unlock(&t->pressure);
     return s;

@@ -223,7 +223,8 @@ static void test_each_stream_keeps_its_own_blocks(void)
     tide_stream a, b;
     CHECK_OK(tide_sim_stream_create(f.sim, &a));
     CHECK_OK(tide_sim_stream_create(f.sim, &b));
-    void *p, *q;
+    void *p, *keep, *q;
+    CHECK_OK(tide_malloc(f.t, 4096, a, &keep)); /* keeps a's segment in use, so it stays a's */
     CHECK_OK(tide_malloc(f.t, 4096, a, &p));
     CHECK_OK(tide_free(f.t, p));
     CHECK_OK(tide_malloc(f.t, 4096, b, &q));
@@ -232,6 +233,7 @@ static void test_each_stream_keeps_its_own_blocks(void)
     CHECK(s.segment[ALL].current == 2);
     CHECK(s.num_streams == 2);
     CHECK_OK(tide_free(f.t, q));
+    CHECK_OK(tide_free(f.t, keep));
     checked(&f);
     fixture_close(&f);
 }
@@ -302,7 +304,11 @@ static void test_max_split_size_keeps_oversize_blocks_whole(void)
 {
     struct fixture f;
     fixture_open(&f, 0, "max_split_size_mb:64");
-    void *big, *small, *again;
+    void *big, *small, *again, *warm;
+    /* Raise the high-water mark, so no growth below gives idle segments back. */
+    CHECK_OK(tide_malloc(f.t, 200 * MIB, 0, &warm));
+    CHECK_OK(tide_free(f.t, warm));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
     CHECK_OK(tide_malloc(f.t, 100 * MIB, 0, &big));
     CHECK_OK(tide_free(f.t, big));
     CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &small)); /* below 64 MiB: may not take the 100 MiB block */

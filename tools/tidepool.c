@@ -114,6 +114,7 @@ static void print_json(FILE *f, const char *path, const char *conf, const struct
     fprintf(f, ",\n  \"peak_reserved_over_in_use\": %.4f", r->ratio_in_use);
     fprintf(f, ",\n  \"device_allocs\": %llu", (unsigned long long)r->device_allocs);
     fprintf(f, ",\n  \"device_frees\": %llu", (unsigned long long)r->device_frees);
+    fprintf(f, ",\n  \"device_allocs_first_pass\": %llu", (unsigned long long)r->device_allocs_first_pass);
     fprintf(f, ",\n  \"pending_free_drained\": %llu", (unsigned long long)r->pending_drained);
     fprintf(f, ",\n  \"peak_pending_free_blocks\": %llu", (unsigned long long)r->peak_pending_blocks);
     fprintf(f, ",\n  \"empty_cache_calls\": %llu", (unsigned long long)r->empty_cache_calls);

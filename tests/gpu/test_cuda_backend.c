@@ -50,10 +50,14 @@ int main(void)
     CHECK_OK(tide_backend_cuda(0, &be));
     size_t before = device_free(&be);
 
-    /* A driver error comes back with the driver's own name for it. */
-    CHECK_STATUS(be.release(be.ctx, 0x1000, 4096), TIDE_EDEVICE);
-    printf("driver error as reported: %s\n", tide_last_error());
-    CHECK_MESSAGE("cuMemFree: CUDA_ERROR_");
+    /* A driver error comes back with the driver's own name for it. (Under compute-sanitizer, which
+     * reports every failed driver call, TIDE_NO_DELIBERATE_DRIVER_ERRORS=1 leaves this out.) */
+    const char *quiet = getenv("TIDE_NO_DELIBERATE_DRIVER_ERRORS");
+    if (!quiet || strcmp(quiet, "1") != 0) {
+        CHECK_STATUS(be.release(be.ctx, 0x1000, 4096), TIDE_EDEVICE);
+        printf("driver error as reported: %s\n", tide_last_error());
+        CHECK_MESSAGE("cuMemFree: CUDA_ERROR_");
+    }
 
     tide_allocator *t;
     CHECK_OK(tide_create(&be, NULL, &t));
