@@ -3,7 +3,10 @@
 # results under $OUT (default bench/out). Phases, so that each fits in one sitting:
 #   bench/gpu_run.sh tests          build, GPU tests (C, CUDA, PyTorch, CuPy), compute-sanitizer,
 #                                   GPT-2 loss determinism
-#   bench/gpu_run.sh seed [STEPS]   the seed's loop under four allocators (default 2000 steps)
+#   bench/gpu_run.sh bench          micro-benchmarks and trace replays against PyTorch's allocator and
+#                                   cudaMallocAsync
+#   bench/gpu_run.sh seed [STEPS]   the seed's loop under four allocators (default 2000 steps), then
+#                                   step time alternating PyTorch's allocator and tidepool
 set -u
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
@@ -47,6 +50,16 @@ same = sum(x == y for x, y in zip(a, b))
 print("GPT-2: %d of %d steps have bit-identical losses (first %s, last %s)" % (same, len(a), float.fromhex(a[0]), float.fromhex(a[-1])))
 PY
     ;;
+bench)
+    build
+    bench/build_gpu_bench.sh $BUILD || exit 1
+    echo "== micro: tidepool, PyTorch's allocator and cudaMallocAsync in one process"
+    $BUILD/gpu_bench micro 3 | tee "$OUT/micro.md"
+    echo "== replay: every shipped trace, in one process (PyTorch with expandable segments in a second)"
+    $BUILD/gpu_bench replay traces/*.csv.gz | tee "$OUT/replay.md"
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $BUILD/gpu_bench replay --only torch traces/*.csv.gz \
+        | tail -n +3 | tee -a "$OUT/replay.md"
+    ;;
 seed)
     build
     steps=${2:-2000}
@@ -54,7 +67,24 @@ seed)
         python3 bench/seed_loop.py --allocator $alloc --steps "$steps" --json "$OUT/seed_$alloc.json" 2>&1 | tail -3
     done
     python3 bench/summarize_seed.py "$OUT"/seed_*.json | tee "$OUT/seed_summary.md"
+    # Step time again, alternating the two allocators, so drift in the GPU's clocks hits both alike.
+    for round in 1 2 3; do
+        for alloc in native tidepool; do
+            python3 bench/seed_loop.py --allocator $alloc --steps 400 --json "$OUT/alt_${alloc}_$round.json" 2>&1 | tail -1
+        done
+    done
+    python3 - "$OUT" <<'PY' | tee -a "$OUT/seed_summary.md"
+import glob, json, statistics, sys
+ms = {}
+for alloc in ("native", "tidepool"):
+    ms[alloc] = [statistics.median(json.load(open(p))["window_ms_per_step"][1:])
+                 for p in sorted(glob.glob(sys.argv[1] + "/alt_%s_*.json" % alloc))]
+print("\nalternating runs (400 steps each, median ms/step of each run): PyTorch %s, tidepool %s" % (
+    ["%.3f" % v for v in ms["native"]], ["%.3f" % v for v in ms["tidepool"]]))
+print("tidepool / PyTorch, median of the runs: %+.2f%%" % (
+    (statistics.median(ms["tidepool"]) / statistics.median(ms["native"]) - 1) * 100))
+PY
     ;;
 *)
-    echo "usage: bench/gpu_run.sh tests | seed [STEPS]"; exit 2 ;;
+    echo "usage: bench/gpu_run.sh tests | bench | seed [STEPS]"; exit 2 ;;
 esac

@@ -33,28 +33,26 @@ void allocator_lock_all(tide_allocator *t)
     pthread_mutex_lock(&t->pressure);
     uint32_t n = atomic_load(&t->nheaps);
     for (uint32_t i = 0; i < n; i++)
-        pthread_mutex_lock(&t->heaps[i]->lock);
+        heap_lock(t->heaps[i]);
 }
 
 void allocator_unlock_all(tide_allocator *t)
 {
     uint32_t n = atomic_load(&t->nheaps);
     for (uint32_t i = n; i-- > 0;)
-        pthread_mutex_unlock(&t->heaps[i]->lock);
+        heap_unlock(t->heaps[i]);
     pthread_mutex_unlock(&t->pressure);
 }
 
-void allocator_debug_check(tide_allocator *t, int level_needed, const char *after)
+void allocator_debug_check_now(tide_allocator *t, const char *after)
 {
-    if (t->conf.debug < level_needed)
-        return;
     /* A completion callback may call in while another thread holds the pressure lock and waits for
      * that very callback's stream; checking then would deadlock, so skip this one check. */
     if (pthread_mutex_trylock(&t->pressure) != 0)
         return;
     uint32_t n = atomic_load(&t->nheaps);
     for (uint32_t i = 0; i < n; i++)
-        pthread_mutex_lock(&t->heaps[i]->lock);
+        heap_lock(t->heaps[i]);
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", tide_last_error());
     tide_status s = check_locked(t);
@@ -289,7 +287,7 @@ static tide_status locate(tide_allocator *t, uintptr_t addr, const char *verb, s
         struct heap *h = atomic_load_explicit(&seg->heap, memory_order_acquire);
         if (!h)
             continue;
-        pthread_mutex_lock(&h->lock);
+        heap_lock(h);
         struct block *b = ptr_map_get(&h->map, addr);
         if (b) {
             *oh = h;
@@ -297,7 +295,7 @@ static tide_status locate(tide_allocator *t, uintptr_t addr, const char *verb, s
             return TIDE_OK;
         }
         const char *why = diagnose(h, addr, verb, msg, sizeof msg);
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
         if (why)
             return tide__fail(TIDE_EINVAL, "%s", why);
     }
@@ -327,10 +325,11 @@ tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream stream, void
     if (s != TIDE_OK)
         return s;
 
-    pthread_mutex_lock(&h->lock);
-    lifecycle_poll(h);
+    heap_lock(h);
+    if (h->pending_head)
+        lifecycle_poll(h);
     struct block *b = heap_take_fit(h, pool, rounded, size, &s);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     if (!b && s == TIDE_OK) {
         s = pressure_malloc(t, h, pool, rounded, size, &b);
         allocator_debug_check(t, 1, "tide_malloc (slow path)");
@@ -352,12 +351,12 @@ tide_status tide_free(tide_allocator *t, void *ptr)
     if (s != TIDE_OK)
         return s;
     if (b->state == BLOCK_PENDING) {
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
         return tide__fail(TIDE_EINVAL, "tide_free of %p: a double free; it was freed already and is "
                           "waiting for the device (pending free)", ptr);
     }
     s = lifecycle_free(h, b);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     allocator_debug_check(t, 2, "tide_free");
     return s;
 }
@@ -374,7 +373,7 @@ tide_status tide_record_stream(tide_allocator *t, void *ptr, tide_stream stream)
         s = tide__fail(TIDE_EINVAL, "tide_record_stream of %p: the block was freed already", ptr);
     else
         s = lifecycle_record_stream(h, b, stream);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     allocator_debug_check(t, 2, "tide_record_stream");
     return s;
 }
@@ -393,7 +392,7 @@ tide_status tide_retain(tide_allocator *t, void *ptr)
         s = tide__fail(TIDE_EINVAL, "tide_retain of %p: too many references", ptr);
     else
         b->refs++;
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     allocator_debug_check(t, 2, "tide_retain");
     return s;
 }
@@ -410,7 +409,7 @@ tide_status tide_release(tide_allocator *t, void *ptr)
         s = tide__fail(TIDE_EINVAL, "tide_release of %p without a matching tide_retain", ptr);
     else
         s = lifecycle_release(h, b);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     allocator_debug_check(t, 2, "tide_release");
     return s;
 }

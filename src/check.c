@@ -23,7 +23,7 @@ __attribute__((format(printf, 2, 3))) static void problem(struct checker *c, con
 
 /* What a walk of the blocks finds, per pool, to compare with the counters. */
 struct tally {
-    int64_t reserved, allocated, requested, pending, idle;
+    int64_t reserved, allocated, requested, pending, idle, cached, inactive_split;
     int64_t allocation, segment, pending_blocks;
     size_t free_blocks;
 };
@@ -52,6 +52,7 @@ static void check_block(struct checker *c, struct heap *h, struct segment *seg, 
     switch (b->state) {
     case BLOCK_FREE:
         tl->free_blocks++;
+        tl->cached += (int64_t)b->size;
         if (!free_index_contains(&h->free[seg->pool], b))
             problem(c, "FREE block 0x%llx is not in its pool's free index", a);
         if (mapped == b)
@@ -131,6 +132,18 @@ static void check_segment(struct checker *c, tide_allocator *t, struct heap *h, 
         tl->idle += (int64_t)seg->size;
 }
 
+/* FREE bytes outside wholly free segments. */
+static int64_t split_free_bytes(const struct segment *seg)
+{
+    int64_t bytes = 0;
+    if (seg->idle)
+        return 0;
+    for (const struct block *b = seg->first; b; b = b->next)
+        if (b->state == BLOCK_FREE)
+            bytes += (int64_t)b->size;
+    return bytes;
+}
+
 static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int64_t *reserved)
 {
     struct tally tl[POOL_KINDS];
@@ -142,6 +155,7 @@ static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int
             continue;
         }
         check_segment(c, t, h, seg, &tl[seg->pool]);
+        tl[seg->pool].inactive_split += split_free_bytes(seg);
         if (++segments > (1u << 30))
             break;
     }
@@ -174,10 +188,10 @@ static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int
         if (!seg->idle)
             problem(c, "segment 0x%llx is on the idle list but not marked idle",
                     (unsigned long long)seg->base);
-        if (seg->idle_since_ns < last_idle)
+        if (seg->idle_since < last_idle)
             problem(c, "the idle list of stream 0x%llx is not oldest first",
                     (unsigned long long)h->stream);
-        last_idle = seg->idle_since_ns;
+        last_idle = seg->idle_since;
     }
     int64_t fences_queued = 0, fences_held = 0;
     for (uint32_t i = 0; i < h->nqueues; i++) {
@@ -207,7 +221,10 @@ static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int
         check_counter(c, h, pub, "allocated_bytes", s->allocated.cur, w->allocated);
         check_counter(c, h, pub, "requested_bytes", s->requested.cur, w->requested);
         check_counter(c, h, pub, "pending_free_bytes", s->pending.cur, w->pending);
-        check_counter(c, h, pub, "idle bytes", s->idle.cur, w->idle);
+        check_counter(c, h, pub, "idle bytes", s->idle, w->idle);
+        check_counter(c, h, pub, "active_bytes", s->active.cur, w->allocated + w->pending);
+        check_counter(c, h, pub, "cached_bytes", s->cached.cur, w->cached);
+        check_counter(c, h, pub, "inactive_split_bytes", s->inactive_split.cur, w->inactive_split);
         check_counter(c, h, pub, "allocation", s->allocation.cur, w->allocation);
         check_counter(c, h, pub, "segment", s->segment.cur, w->segment);
         check_counter(c, h, pub, "pending_free_blocks", s->pending_blocks.cur, w->pending_blocks);
@@ -217,6 +234,8 @@ static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int
             all.requested += w->requested;
             all.pending += w->pending;
             all.idle += w->idle;
+            all.cached += w->cached;
+            all.inactive_split += w->inactive_split;
             all.allocation += w->allocation;
             all.segment += w->segment;
             all.pending_blocks += w->pending_blocks;

@@ -31,6 +31,8 @@ void free_index_insert(struct free_index *fi, struct block *b)
 {
     unsigned fl, sl;
     class_of(b->size, &fl, &sl);
+    b->fl = (uint8_t)fl;
+    b->sl = (uint8_t)sl;
     struct block *head = fi->heads[fl][sl];
     b->link_prev = NULL;
     b->link_next = head;
@@ -44,8 +46,7 @@ void free_index_insert(struct free_index *fi, struct block *b)
 
 void free_index_remove(struct free_index *fi, struct block *b)
 {
-    unsigned fl, sl;
-    class_of(b->size, &fl, &sl);
+    unsigned fl = b->fl, sl = b->sl; /* as filed: the size may have changed since (a merge) */
     if (b->link_prev)
         b->link_prev->link_next = b->link_next;
     else

@@ -5,6 +5,7 @@
  */
 #include "internal.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -23,9 +24,20 @@ uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-enum pool_kind pool_for_size(size_t rounded)
+void spin_lock_wait(spin_lock *l)
 {
-    return rounded <= TIDE_SMALL_MAX ? POOL_SMALL : POOL_LARGE;
+    for (unsigned spins = 0;; spins++) {
+        if (!atomic_load_explicit(&l->held, memory_order_relaxed) &&
+            !atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
+            return;
+        if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            sched_yield();
+        }
+    }
 }
 
 size_t segment_size_for(enum pool_kind pool, size_t rounded)
@@ -52,9 +64,14 @@ struct block *block_new(struct heap *h)
             h->spare_blocks = &c->blocks[i];
         }
     }
+    /* Recycled structs are already clean (block_recycle): set only what a new block needs. */
     struct block *b = h->spare_blocks;
     h->spare_blocks = b->next;
-    memset(b, 0, sizeof *b);
+    b->next = b->prev = b->link_next = b->link_prev = NULL;
+    b->refs = 0;
+    b->fences = 0;
+    b->needs_sync = 0;
+    b->requested = 0;
     return b;
 }
 
@@ -75,11 +92,6 @@ tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, s
     if (!h)
         return tide__fail(TIDE_EHOSTMEM, "out of host memory creating the heap of stream 0x%llx",
                           (unsigned long long)stream);
-    if (pthread_mutex_init(&h->lock, NULL) != 0) {
-        free(h);
-        return tide__fail(TIDE_EHOSTMEM, "could not create a mutex for stream 0x%llx",
-                          (unsigned long long)stream);
-    }
     h->owner = t;
     h->stream = stream;
     h->index = index;
@@ -103,7 +115,6 @@ void heap_destroy(struct heap *h)
             free(c->blocks[i].uses_more);
         free(c);
     }
-    pthread_mutex_destroy(&h->lock);
     free(h);
 }
 
@@ -114,7 +125,7 @@ static bool covers_segment(const struct block *b) { return b->size == b->seg->si
 static void idle_append(struct heap *h, struct segment *seg)
 {
     seg->idle = true;
-    seg->idle_since_ns = now_ns();
+    seg->idle_since = atomic_fetch_add_explicit(&h->owner->idle_clock, 1, memory_order_relaxed);
     seg->idle_next = NULL;
     seg->idle_prev = h->idle_tail;
     if (h->idle_tail)
@@ -122,7 +133,6 @@ static void idle_append(struct heap *h, struct segment *seg)
     else
         h->idle_head = seg;
     h->idle_tail = seg;
-    stats_on_idle(&h->stats, seg->pool, (int64_t)seg->size, +1);
 }
 
 static void idle_unlink(struct heap *h, struct segment *seg)
@@ -137,7 +147,6 @@ static void idle_unlink(struct heap *h, struct segment *seg)
         h->idle_tail = seg->idle_prev;
     seg->idle_prev = seg->idle_next = NULL;
     seg->idle = false;
-    stats_on_idle(&h->stats, seg->pool, (int64_t)seg->size, -1);
 }
 
 static void segment_link(struct heap *h, struct segment *seg)
@@ -183,8 +192,11 @@ static struct block *take_block(struct heap *h, struct block *b, size_t rounded,
         return NULL;
     }
     free_index_remove(fi, b);
-    if (b->seg->idle)
+    int64_t idle_segment = 0;
+    if (b->seg->idle) {
+        idle_segment = (int64_t)b->seg->size;
         idle_unlink(h, b->seg);
+    }
 
     if (worth_splitting(b, rounded, h->owner->conf.max_split_size)) {
         struct block *rest = block_new(h);
@@ -206,7 +218,7 @@ static struct block *take_block(struct heap *h, struct block *b, size_t rounded,
     b->requested = requested;
     b->refs = 0;
 
-    stats_on_allocate(&h->stats, b->seg->pool, (int64_t)b->size, (int64_t)requested);
+    stats_take(&h->stats, b->seg->pool, (int64_t)b->size, (int64_t)requested, idle_segment);
     return b;
 }
 
@@ -235,7 +247,7 @@ struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rou
     atomic_store_explicit(&seg->heap, h, memory_order_release);
     segment_link(h, seg);
 
-    stats_on_segment(&h->stats, seg->pool, (int64_t)seg->size, +1);
+    stats_segment_added(&h->stats, seg->pool, (int64_t)seg->size);
     free_index_insert(&h->free[seg->pool], b);
     idle_append(h, seg);
     if (rounded == 0)
@@ -243,7 +255,7 @@ struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rou
     return take_block(h, b, rounded, requested, status);
 }
 
-void heap_make_free(struct heap *h, struct block *b)
+size_t heap_make_free(struct heap *h, struct block *b)
 {
     struct free_index *fi = &h->free[b->seg->pool];
     b->state = BLOCK_FREE;
@@ -270,16 +282,18 @@ void heap_make_free(struct heap *h, struct block *b)
         block_recycle(h, next);
     }
     free_index_insert(fi, b);
-    if (covers_segment(b))
-        idle_append(h, b->seg);
+    if (!covers_segment(b))
+        return 0;
+    idle_append(h, b->seg);
+    return b->seg->size;
 }
 
 /* ---- releasing and re-adopting whole segments -------------------------------------------------------- */
 
-size_t heap_detach_idle(struct heap *h, uint64_t before_ns, size_t want, struct segment **out)
+size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct segment **out)
 {
     size_t detached = 0;
-    while (detached < want && h->idle_head && h->idle_head->idle_since_ns <= before_ns) {
+    while (detached < want && h->idle_head && h->idle_head->idle_since <= before) {
         struct segment *seg = h->idle_head;
         struct block *b = seg->first;
         idle_unlink(h, seg);
@@ -289,7 +303,7 @@ size_t heap_detach_idle(struct heap *h, uint64_t before_ns, size_t want, struct 
         segment_unlink(h, seg);
         atomic_store_explicit(&seg->heap, NULL, memory_order_release);
 
-        stats_on_segment(&h->stats, seg->pool, (int64_t)seg->size, -1);
+        stats_segment_removed(&h->stats, seg->pool, (int64_t)seg->size);
 
         seg->next = *out;
         *out = seg;

@@ -71,6 +71,23 @@ enum block_state { BLOCK_FREE = 0, BLOCK_ACTIVE = 1, BLOCK_PENDING = 2 };
 struct heap;
 struct segment;
 
+/* A heap's lock. Its critical sections are short and never wait for the device, so a spin (then a
+ * yield, should the holder have been preempted) costs less than a mutex's two atomic operations and
+ * bookkeeping on the fast path. */
+typedef struct {
+    _Atomic(int) held;
+} spin_lock;
+void spin_lock_wait(spin_lock *l);
+static inline void spin_lock_acquire(spin_lock *l)
+{
+    if (atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
+        spin_lock_wait(l);
+}
+static inline void spin_lock_release(spin_lock *l)
+{
+    atomic_store_explicit(&l->held, 0, memory_order_release);
+}
+
 /* A block: a run of bytes in one segment, in exactly one state. */
 struct block {
     uintptr_t addr;
@@ -80,6 +97,7 @@ struct block {
     struct block *prev, *next;        /* physical neighbours in the segment, by address */
     struct block *link_prev, *link_next; /* FREE: the free index's bucket; PENDING: the heap's pending list */
     uint8_t state;                    /* enum block_state */
+    uint8_t fl, sl;                   /* FREE: its class in the free index, as filed */
     uint8_t needs_sync;               /* PENDING: a fence could not be recorded; a device synchronize
                                          that starts after sync_seq frees it */
     uint16_t fences;                  /* PENDING: fences recorded at free and not yet signalled */
@@ -101,7 +119,7 @@ struct segment {
     struct segment *prev, *next;      /* the heap's list of segments */
     struct segment *idle_prev, *idle_next; /* the heap's list of wholly free segments, oldest first */
     bool idle;
-    uint64_t idle_since_ns;
+    uint64_t idle_since;              /* the allocator's idle clock when it became wholly free */
 };
 
 /* ---- free_index.c: two-level segregated fit over the FREE blocks of one pool of one heap --------- */
@@ -180,30 +198,133 @@ const char *format_bytes(uint64_t bytes, char buf[32]);
 struct counter {
     int64_t cur, peak;
 };
+/* Every counter here is kept exactly, derived ones too (active = allocated + pending, cached = FREE
+ * bytes, inactive_split = FREE bytes outside wholly free segments), so that each peak is a value the
+ * statistic really had between two operations. Each event updates every counter it moves once, and
+ * checks a peak only where the counter can rise. */
 struct pool_stats {
-    struct counter reserved, allocated, requested, pending, idle;  /* bytes */
-    struct counter allocation, segment, pending_blocks;            /* counts */
-    /* derived from the above (active = allocated + pending, cached = reserved - active, inactive split
-     * = cached - idle); kept only for their peaks */
-    int64_t active_peak, cached_peak, inactive_split_peak;
+    struct counter reserved, allocated, requested, pending, active, cached, inactive_split;
+    struct counter allocation, segment, pending_blocks;
+    int64_t idle;                     /* bytes in wholly free segments (the releasable cache) */
 };
 struct heap_stats {
     struct pool_stats pool[TIDE_POOL_COUNT];   /* indexed by TIDE_POOL_ALL / _SMALL / _LARGE */
     uint64_t num_pending_drained;
     uint64_t num_fence_errors;
 };
-/* Each event updates its pool and TIDE_POOL_ALL. */
-void stats_on_allocate(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int64_t requested);
-void stats_on_free(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int64_t requested);
-void stats_on_pending(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int delta);
-void stats_on_segment(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int delta);
-void stats_on_idle(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int delta);
+/* The events (below). Sizes are the block's; idle_segment is the size of the wholly free segment the
+ * block came from (take) or that became wholly free once it was merged (to_free), else 0. They are
+ * inline: they run on every tide_malloc and tide_free. */
 void heap_stats_reset_peaks(struct heap_stats *s);
 /* Under allocator_lock_all. */
 void stats_collect_locked(tide_allocator *t, tide_stats *out);
 /* snprintf-style: the length the whole text needs. */
 size_t stats_to_json(const tide_stats *s, char *buf, size_t cap);
 static inline int public_pool(enum pool_kind pool) { return pool == POOL_SMALL ? TIDE_POOL_SMALL : TIDE_POOL_LARGE; }
+
+static inline void rise(struct counter *c, int64_t d)
+{
+    c->cur += d;
+    if (c->cur > c->peak)
+        c->peak = c->cur;
+}
+
+static inline void fall(struct counter *c, int64_t d) { c->cur -= d; }
+
+/* FREE bytes changed by `freed` (negative when taken) in a segment that was, or now is, wholly free
+ * (idle_segment bytes) or neither (0): how the releasable and the split cache move. */
+static inline void cache_moves(struct pool_stats *p, int64_t freed, int64_t idle_segment, bool taking)
+{
+    if (!idle_segment) {
+        if (freed > 0)
+            rise(&p->inactive_split, freed);
+        else
+            fall(&p->inactive_split, -freed);
+    } else if (taking) { /* a wholly free segment is split: what stays FREE is split cache now */
+        p->idle -= idle_segment;
+        rise(&p->inactive_split, idle_segment + freed);
+    } else { /* the segment's other FREE bytes leave the split cache with it */
+        p->idle += idle_segment;
+        fall(&p->inactive_split, idle_segment - freed);
+    }
+}
+
+#define BOTH(s, pool, p, body)                                                                     \
+    do {                                                                                           \
+        struct pool_stats *p = &(s)->pool[public_pool(pool)];                                      \
+        body;                                                                                      \
+        p = &(s)->pool[TIDE_POOL_ALL];                                                             \
+        body;                                                                                      \
+    } while (0)
+
+static inline void stats_take(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t requested,
+                int64_t idle_segment)
+{
+    BOTH(s, pool, p, {
+        rise(&p->allocated, size);
+        rise(&p->requested, requested);
+        rise(&p->allocation, 1);
+        rise(&p->active, size);
+        fall(&p->cached, size);
+        cache_moves(p, -size, idle_segment, true);
+    });
+}
+
+static inline void stats_active_to_free(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t requested,
+                          int64_t idle_segment)
+{
+    BOTH(s, pool, p, {
+        fall(&p->allocated, size);
+        fall(&p->requested, requested);
+        fall(&p->allocation, 1);
+        fall(&p->active, size);
+        rise(&p->cached, size);
+        cache_moves(p, size, idle_segment, false);
+    });
+}
+
+static inline void stats_active_to_pending(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t requested)
+{
+    BOTH(s, pool, p, {
+        fall(&p->allocated, size);
+        fall(&p->requested, requested);
+        fall(&p->allocation, 1);
+        rise(&p->pending, size);
+        rise(&p->pending_blocks, 1);
+    });
+}
+
+static inline void stats_pending_to_free(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t idle_segment)
+{
+    BOTH(s, pool, p, {
+        fall(&p->pending, size);
+        fall(&p->pending_blocks, 1);
+        fall(&p->active, size);
+        rise(&p->cached, size);
+        cache_moves(p, size, idle_segment, false);
+    });
+}
+
+static inline void stats_segment_added(struct heap_stats *s, enum pool_kind pool, int64_t size)
+{
+    BOTH(s, pool, p, {
+        rise(&p->reserved, size);
+        rise(&p->segment, 1);
+        rise(&p->cached, size);
+        p->idle += size;
+    });
+}
+
+static inline void stats_segment_removed(struct heap_stats *s, enum pool_kind pool, int64_t size)
+{
+    BOTH(s, pool, p, {
+        fall(&p->reserved, size);
+        fall(&p->segment, 1);
+        fall(&p->cached, size);
+        p->idle -= size;
+    });
+}
+
 
 /* ---- heap.c: one stream's blocks -------------------------------------------------------------------- */
 struct fence_entry {
@@ -219,7 +340,7 @@ struct fence_queue {                  /* fences recorded on one stream, oldest f
 struct block_chunk;
 
 struct heap {
-    pthread_mutex_t lock;
+    spin_lock lock;
     tide_allocator *owner;
     tide_stream stream;
     uint32_t index;
@@ -241,7 +362,10 @@ tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, s
 /* Frees the heap's bookkeeping; its segments must have been released. */
 void heap_destroy(struct heap *h);
 /* Size class rules. */
-enum pool_kind pool_for_size(size_t rounded);
+static inline enum pool_kind pool_for_size(size_t rounded)
+{
+    return rounded <= TIDE_SMALL_MAX ? POOL_SMALL : POOL_LARGE;
+}
 size_t segment_size_for(enum pool_kind pool, size_t rounded);
 /* Under h->lock: find a FREE block for rounded bytes and make it ACTIVE. NULL if none fits. */
 struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
@@ -250,11 +374,15 @@ struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded,
  * it (if rounded > 0). */
 struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rounded, size_t requested,
                                  tide_status *status);
-/* Under h->lock: make a block FREE, merge it with its FREE neighbours, file it. */
-void heap_make_free(struct heap *h, struct block *b);
-/* Under h->lock: detach wholly free segments (oldest first) idle since at or before `before_ns`, until
- * `want` bytes are detached; they go on *out (linked by next). Returns the bytes detached. */
-size_t heap_detach_idle(struct heap *h, uint64_t before_ns, size_t want, struct segment **out);
+/* Under h->lock: make a block FREE, merge it with its FREE neighbours, file it. Returns the size of its
+ * segment if that became wholly free, else 0 (for the statistics, which the caller keeps). */
+size_t heap_make_free(struct heap *h, struct block *b);
+/* Under h->lock: detach wholly free segments (oldest first) idle since at or before `before` (on the
+ * idle clock), until `want` bytes are detached; they go on *out (linked by next). Returns the bytes
+ * detached. */
+size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct segment **out);
+static inline void heap_lock(struct heap *h) { spin_lock_acquire(&h->lock); }
+static inline void heap_unlock(struct heap *h) { spin_lock_release(&h->lock); }
 /* Under h->lock: put back a segment whose release failed. */
 void heap_reattach_idle(struct heap *h, struct segment *seg);
 struct block *block_new(struct heap *h);
@@ -320,6 +448,7 @@ struct tide_allocator {
     _Atomic(uint32_t) nheaps;
 
     _Atomic(uint64_t) pending_seq;            /* stamps fences and owed synchronizes */
+    _Atomic(uint64_t) idle_clock;             /* orders wholly free segments by age, across heaps */
 };
 
 /* Locks the pressure lock and every heap, in order (tide_check, tide_destroy, stats). */
@@ -328,7 +457,12 @@ void allocator_unlock_all(tide_allocator *t);
 /* Synchronizes the device and drains every heap by it. Under the pressure lock, no heap lock. */
 tide_status allocator_synchronize_and_drain(tide_allocator *t, uint64_t *drained);
 /* Runs tide_check if the debug level asks for it; aborts on corruption. */
-void allocator_debug_check(tide_allocator *t, int level_needed, const char *after);
+void allocator_debug_check_now(tide_allocator *t, const char *after);
+static inline void allocator_debug_check(tide_allocator *t, int level_needed, const char *after)
+{
+    if (__builtin_expect(t->conf.debug >= level_needed, 0))
+        allocator_debug_check_now(t, after);
+}
 
 static inline size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 

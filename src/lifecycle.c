@@ -24,9 +24,12 @@ static tide_stream *uses_of(struct block *b) { return b->uses_more ? b->uses_mor
 
 void block_uses_clear(struct block *b)
 {
-    free(b->uses_more);
-    b->uses_more = NULL;
-    b->nuses = b->uses_cap = 0;
+    if (b->uses_more) {
+        free(b->uses_more);
+        b->uses_more = NULL;
+        b->uses_cap = 0;
+    }
+    b->nuses = 0;
 }
 
 static tide_status uses_add(struct block *b, tide_stream stream)
@@ -168,10 +171,11 @@ static bool finish_if_done(struct heap *h, struct block *b)
     if (b->state != BLOCK_PENDING || b->refs || b->fences || b->needs_sync)
         return false;
     pending_unlink(h, b);
-    stats_on_pending(&h->stats, b->seg->pool, (int64_t)b->size, -1);
     h->stats.num_pending_drained++;
     ptr_map_remove(&h->map, b->addr);
-    heap_make_free(h, b);
+    enum pool_kind pool = b->seg->pool;
+    int64_t size = (int64_t)b->size;
+    stats_pending_to_free(&h->stats, pool, size, (int64_t)heap_make_free(h, b));
     return true;
 }
 
@@ -179,7 +183,8 @@ static bool finish_if_done(struct heap *h, struct block *b)
 
 tide_status lifecycle_free(struct heap *h, struct block *b)
 {
-    stats_on_free(&h->stats, b->seg->pool, (int64_t)b->size, (int64_t)b->requested);
+    enum pool_kind pool = b->seg->pool;
+    int64_t size = (int64_t)b->size, requested = (int64_t)b->requested;
 #ifdef TIDE_BREAK_PENDING
     /* Sabotage, built only into a test that must fail: forget every device use of the block, so it
      * is reused at once. See tests/CMakeLists.txt. */
@@ -204,11 +209,11 @@ tide_status lifecycle_free(struct heap *h, struct block *b)
         b->state = BLOCK_PENDING;
         b->requested = 0;
         pending_append(h, b);
-        stats_on_pending(&h->stats, b->seg->pool, (int64_t)b->size, +1);
+        stats_active_to_pending(&h->stats, pool, size, requested);
         return TIDE_OK;
     }
     ptr_map_remove(&h->map, b->addr);
-    heap_make_free(h, b);
+    stats_active_to_free(&h->stats, pool, size, requested, (int64_t)heap_make_free(h, b));
     return TIDE_OK;
 }
 

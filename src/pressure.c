@@ -118,9 +118,9 @@ static tide_status release_segments(tide_allocator *t, struct segment *list, tid
         struct heap *h = atomic_load(&seg->heap);
         if (segment_map_add(&t->segmap, seg) != TIDE_OK)
             continue; /* cannot happen: the map's tables for it exist already */
-        pthread_mutex_lock(&h->lock);
+        heap_lock(h);
         heap_reattach_idle(h, seg);
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
     }
     return first_error;
 }
@@ -135,22 +135,22 @@ static tide_status release_oldest(tide_allocator *t, size_t want, enum release_r
     tide_status first_error = TIDE_OK;
     while (done < want) {
         struct heap *oldest = NULL;
-        uint64_t oldest_ns = UINT64_MAX;
+        uint64_t oldest_tick = UINT64_MAX;
         for (uint32_t i = 0; i < heap_count(t); i++) {
             struct heap *h = t->heaps[i];
-            pthread_mutex_lock(&h->lock);
-            if (h->idle_head && h->idle_head->idle_since_ns <= oldest_ns) {
+            heap_lock(h);
+            if (h->idle_head && h->idle_head->idle_since <= oldest_tick) {
                 oldest = h;
-                oldest_ns = h->idle_head->idle_since_ns;
+                oldest_tick = h->idle_head->idle_since;
             }
-            pthread_mutex_unlock(&h->lock);
+            heap_unlock(h);
         }
         if (!oldest)
             break;
         struct segment *list = NULL;
-        pthread_mutex_lock(&oldest->lock);
-        size_t got = heap_detach_idle(oldest, oldest_ns, 1, &list);
-        pthread_mutex_unlock(&oldest->lock);
+        heap_lock(oldest);
+        size_t got = heap_detach_idle(oldest, oldest_tick, 1, &list);
+        heap_unlock(oldest);
         if (!got)
             continue; /* it was reused meanwhile */
         tide_status s = release_segments(t, list, r, why);
@@ -172,9 +172,9 @@ static tide_status release_all_idle(tide_allocator *t, tide_release_report *r)
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
         struct segment *list = NULL;
-        pthread_mutex_lock(&h->lock);
+        heap_lock(h);
         heap_detach_idle(h, UINT64_MAX, SIZE_MAX, &list);
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
         tide_status s = release_segments(t, list, r, RELEASE_ASKED);
         if (s != TIDE_OK && first_error == TIDE_OK)
             first_error = s;
@@ -189,9 +189,9 @@ static size_t poll_all(tide_allocator *t)
     size_t drained = 0;
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
-        pthread_mutex_lock(&h->lock);
+        heap_lock(h);
         drained += lifecycle_poll(h);
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
     }
     return drained;
 }
@@ -207,10 +207,10 @@ tide_status allocator_synchronize_and_drain(tide_allocator *t, uint64_t *drained
         t->num_sync_all_streams++;
         for (uint32_t i = 0; i < heap_count(t); i++) {
             struct heap *h = t->heaps[i];
-            pthread_mutex_lock(&h->lock);
+            heap_lock(h);
             n += lifecycle_after_sync(h, seq);
             n += lifecycle_poll(h);
-            pthread_mutex_unlock(&h->lock);
+            heap_unlock(h);
         }
     } else {
         s = tide__fail_with_context(s, "synchronizing the %s device", be->name);
@@ -226,9 +226,9 @@ tide_status allocator_synchronize_and_drain(tide_allocator *t, uint64_t *drained
 static struct block *retry_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
                                tide_status *status)
 {
-    pthread_mutex_lock(&h->lock);
+    heap_lock(h);
     struct block *b = heap_take_fit(h, pool, rounded, requested, status);
-    pthread_mutex_unlock(&h->lock);
+    heap_unlock(h);
     return b;
 }
 
@@ -271,9 +271,9 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
             continue;
         if (s != TIDE_OK)
             return s;
-        pthread_mutex_lock(&h->lock);
+        heap_lock(h);
         struct block *b = heap_adopt_segment(h, seg, rounded, requested, &s);
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
         if (!b)
             return s;
         *out = b;
@@ -292,13 +292,13 @@ static struct where where_is_memory(tide_allocator *t)
     struct where w = {0, 0, 0, 0};
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
-        pthread_mutex_lock(&h->lock);
+        heap_lock(h);
         const struct pool_stats *p = &h->stats.pool[TIDE_POOL_ALL];
         w.allocated += p->allocated.cur;
         w.pending += p->pending.cur;
-        w.cached += p->reserved.cur - p->allocated.cur - p->pending.cur;
-        w.idle += p->idle.cur;
-        pthread_mutex_unlock(&h->lock);
+        w.cached += p->cached.cur;
+        w.idle += p->idle;
+        heap_unlock(h);
     }
     return w;
 }
@@ -370,10 +370,10 @@ static void fill_report(tide_allocator *t, tide_release_report *r)
     uint64_t pending_blocks = 0, pending_bytes = 0;
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
-        pthread_mutex_lock(&h->lock);
+        heap_lock(h);
         pending_blocks += (uint64_t)h->stats.pool[TIDE_POOL_ALL].pending_blocks.cur;
         pending_bytes += (uint64_t)h->stats.pool[TIDE_POOL_ALL].pending.cur;
-        pthread_mutex_unlock(&h->lock);
+        heap_unlock(h);
     }
     r->pending_blocks = pending_blocks;
     r->pending_bytes = pending_bytes;

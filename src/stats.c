@@ -7,92 +7,17 @@
 
 #include <string.h>
 
-static void counter_add(struct counter *c, int64_t delta)
-{
-    c->cur += delta;
-    if (c->cur > c->peak)
-        c->peak = c->cur;
-}
-
-static void refresh_derived(struct pool_stats *p)
-{
-    int64_t active = p->allocated.cur + p->pending.cur;
-    int64_t cached = p->reserved.cur - active;
-    int64_t inactive_split = cached - p->idle.cur;
-    if (active > p->active_peak)
-        p->active_peak = active;
-    if (cached > p->cached_peak)
-        p->cached_peak = cached;
-    if (inactive_split > p->inactive_split_peak)
-        p->inactive_split_peak = inactive_split;
-}
-
-/* Runs body on the pool's counters, then on the total's. */
-#define FOR_POOL_AND_ALL(s, pool, p, body)                                                         \
-    do {                                                                                           \
-        struct pool_stats *p = &(s)->pool[public_pool(pool)];                                      \
-        body;                                                                                      \
-        refresh_derived(p);                                                                        \
-        p = &(s)->pool[TIDE_POOL_ALL];                                                             \
-        body;                                                                                      \
-        refresh_derived(p);                                                                        \
-    } while (0)
-
-void stats_on_allocate(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int64_t requested)
-{
-    FOR_POOL_AND_ALL(s, pool, p, {
-        counter_add(&p->allocated, bytes);
-        counter_add(&p->requested, requested);
-        counter_add(&p->allocation, 1);
-    });
-}
-
-void stats_on_free(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int64_t requested)
-{
-    FOR_POOL_AND_ALL(s, pool, p, {
-        counter_add(&p->allocated, -bytes);
-        counter_add(&p->requested, -requested);
-        counter_add(&p->allocation, -1);
-    });
-}
-
-void stats_on_pending(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int delta)
-{
-    FOR_POOL_AND_ALL(s, pool, p, {
-        counter_add(&p->pending, delta * bytes);
-        counter_add(&p->pending_blocks, delta);
-    });
-}
-
-void stats_on_segment(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int delta)
-{
-    FOR_POOL_AND_ALL(s, pool, p, {
-        counter_add(&p->reserved, delta * bytes);
-        counter_add(&p->segment, delta);
-    });
-}
-
-void stats_on_idle(struct heap_stats *s, enum pool_kind pool, int64_t bytes, int delta)
-{
-    FOR_POOL_AND_ALL(s, pool, p, counter_add(&p->idle, delta * bytes));
-}
-
 static void reset_counter(struct counter *c) { c->peak = c->cur; }
 
 void heap_stats_reset_peaks(struct heap_stats *s)
 {
     for (int i = 0; i < TIDE_POOL_COUNT; i++) {
         struct pool_stats *p = &s->pool[i];
-        reset_counter(&p->reserved);
-        reset_counter(&p->allocated);
-        reset_counter(&p->requested);
-        reset_counter(&p->pending);
-        reset_counter(&p->idle);
-        reset_counter(&p->allocation);
-        reset_counter(&p->segment);
-        reset_counter(&p->pending_blocks);
-        p->active_peak = p->cached_peak = p->inactive_split_peak = INT64_MIN;
-        refresh_derived(p);
+        struct counter *all[] = {&p->reserved, &p->allocated, &p->requested, &p->pending, &p->active,
+                                 &p->cached, &p->inactive_split, &p->allocation, &p->segment,
+                                 &p->pending_blocks};
+        for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+            reset_counter(all[k]);
     }
 }
 
@@ -113,15 +38,13 @@ void stats_collect_locked(tide_allocator *t, tide_stats *out)
         const struct heap_stats *hs = &t->heaps[i]->stats;
         for (int k = 0; k < TIDE_POOL_COUNT; k++) {
             const struct pool_stats *p = &hs->pool[k];
-            int64_t active = p->allocated.cur + p->pending.cur;
-            int64_t cached = p->reserved.cur - active;
             add_stat(&s.reserved_bytes[k], p->reserved.cur, p->reserved.peak);
             add_stat(&s.allocated_bytes[k], p->allocated.cur, p->allocated.peak);
             add_stat(&s.requested_bytes[k], p->requested.cur, p->requested.peak);
-            add_stat(&s.active_bytes[k], active, p->active_peak);
+            add_stat(&s.active_bytes[k], p->active.cur, p->active.peak);
             add_stat(&s.pending_free_bytes[k], p->pending.cur, p->pending.peak);
-            add_stat(&s.cached_bytes[k], cached, p->cached_peak);
-            add_stat(&s.inactive_split_bytes[k], cached - p->idle.cur, p->inactive_split_peak);
+            add_stat(&s.cached_bytes[k], p->cached.cur, p->cached.peak);
+            add_stat(&s.inactive_split_bytes[k], p->inactive_split.cur, p->inactive_split.peak);
             add_stat(&s.allocation[k], p->allocation.cur, p->allocation.peak);
             add_stat(&s.segment[k], p->segment.cur, p->segment.peak);
             add_stat(&s.pending_free_blocks[k], p->pending_blocks.cur, p->pending_blocks.peak);

@@ -1,0 +1,270 @@
+// tidepool against PyTorch's CUDA caching allocator and cudaMallocAsync, in one process on the GPU.
+//
+//   gpu_bench micro [reps]           the micro patterns (bench/micro_patterns.h), ns per alloc+free pair
+//   gpu_bench replay TRACE...        each trace replayed through each allocator: ns per operation,
+//                                    peak reserved, peak reserved / peak live
+//   gpu_bench replay --only torch TRACE...   only PyTorch's allocator (run it with
+//                                    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for that variant)
+//
+// Built by bench/build_gpu_bench.sh against the installed PyTorch (c10, c10_cuda) and CUDA runtime.
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "micro_patterns.h"
+#include "tidepool.h"
+#include "trace.h"
+}
+
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+namespace {
+
+// ---- the three allocators behind bench_allocator ----------------------------------------------------
+
+void *tide_alloc_fn(void *ctx, size_t size, uintptr_t stream)
+{
+    void *p = nullptr;
+    if (tide_malloc(static_cast<tide_allocator *>(ctx), size, stream, &p) != TIDE_OK) {
+        fprintf(stderr, "tide_malloc(%zu): %s\n", size, tide_last_error());
+        exit(1);
+    }
+    return p;
+}
+
+void tide_free_fn(void *ctx, void *p, size_t, uintptr_t)
+{
+    if (tide_free(static_cast<tide_allocator *>(ctx), p) != TIDE_OK) {
+        fprintf(stderr, "tide_free: %s\n", tide_last_error());
+        exit(1);
+    }
+}
+
+void *torch_alloc_fn(void *, size_t size, uintptr_t stream)
+{
+    return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(size, reinterpret_cast<cudaStream_t>(stream));
+}
+
+void torch_free_fn(void *, void *p, size_t, uintptr_t) { c10::cuda::CUDACachingAllocator::raw_delete(p); }
+
+void *async_alloc_fn(void *, size_t size, uintptr_t stream)
+{
+    void *p = nullptr;
+    CUDA_OK(cudaMallocAsync(&p, size, reinterpret_cast<cudaStream_t>(stream)));
+    return p;
+}
+
+void async_free_fn(void *, void *p, size_t, uintptr_t stream)
+{
+    CUDA_OK(cudaFreeAsync(p, reinterpret_cast<cudaStream_t>(stream)));
+}
+
+struct Allocators {
+    tide_allocator *tide = nullptr;
+    cudaMemPool_t pool{};
+    bench_allocator tidepool{"tidepool", nullptr, tide_alloc_fn, tide_free_fn};
+    bench_allocator torch{"pytorch", nullptr, torch_alloc_fn, torch_free_fn};
+    bench_allocator async{"cudaMallocAsync", nullptr, async_alloc_fn, async_free_fn};
+};
+
+void setup(Allocators &a)
+{
+    CUDA_OK(cudaSetDevice(0));
+    CUDA_OK(cudaFree(nullptr)); // the primary context, as PyTorch would make it
+    c10::cuda::CUDACachingAllocator::init(1);
+    tide_backend be;
+    if (tide_backend_cuda(0, &be) != TIDE_OK || tide_create(&be, nullptr, &a.tide) != TIDE_OK) {
+        fprintf(stderr, "tidepool: %s\n", tide_last_error());
+        exit(1);
+    }
+    a.tidepool.ctx = a.tide;
+    CUDA_OK(cudaDeviceGetDefaultMemPool(&a.pool, 0));
+    uint64_t keep_all = UINT64_MAX; // the driver's own caching allocator: never give memory back
+    CUDA_OK(cudaMemPoolSetAttribute(a.pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+}
+
+// ---- micro -------------------------------------------------------------------------------------------
+
+void micro(Allocators &a, int reps)
+{
+    std::vector<cudaStream_t> streams(8);
+    std::vector<uintptr_t> handles(8);
+    for (int i = 0; i < 8; i++) {
+        CUDA_OK(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
+        handles[i] = reinterpret_cast<uintptr_t>(streams[i]);
+    }
+    const bench_allocator *all[3] = {&a.tidepool, &a.torch, &a.async};
+    const char *patterns[] = {"same 1 MiB", "random 256B-4MiB, 64 live", "random 1MiB-256MiB, 16 live",
+                              "1 thread", "2 threads", "4 threads", "8 threads"};
+    double result[7][3];
+    for (int k = 0; k < 3; k++) {
+        const bench_allocator *al = all[k];
+        double v[32];
+        for (int r = 0; r < reps; r++)
+            v[r] = bench_same_size(al, 1u << 20, 300000, handles[0]);
+        result[0][k] = bench_median(v, reps);
+        for (int r = 0; r < reps; r++)
+            v[r] = bench_random(al, 256, 4u << 20, 64, 200000, handles[0]);
+        result[1][k] = bench_median(v, reps);
+        for (int r = 0; r < reps; r++)
+            v[r] = bench_random(al, 1u << 20, 256u << 20, 16, 50000, handles[0]);
+        result[2][k] = bench_median(v, reps);
+        for (int t = 1, row = 3; t <= 8; t *= 2, row++) {
+            for (int r = 0; r < reps; r++)
+                v[r] = bench_threads(al, t, handles.data(), 100000);
+            result[row][k] = bench_median(v, reps);
+        }
+        CUDA_OK(cudaDeviceSynchronize());
+    }
+    printf("| pattern (ns per alloc+free pair, median of %d) | tidepool | PyTorch | cudaMallocAsync | "
+           "PyTorch / tidepool | cudaMallocAsync / tidepool |\n|---|---|---|---|---|---|\n", reps);
+    for (int row = 0; row < 7; row++)
+        printf("| %s | %.1f | %.1f | %.1f | %.1fx | %.1fx |\n", patterns[row], result[row][0], result[row][1],
+               result[row][2], result[row][1] / result[row][0], result[row][2] / result[row][0]);
+    printf("\nthroughput with 8 threads on 8 streams, as a multiple of one thread's: tidepool %.2fx, "
+           "PyTorch %.2fx, cudaMallocAsync %.2fx\n",
+           result[3][0] / result[6][0], result[3][1] / result[6][1], result[3][2] / result[6][2]);
+    for (auto s : streams)
+        CUDA_OK(cudaStreamDestroy(s));
+}
+
+// ---- replay ------------------------------------------------------------------------------------------
+
+struct ReplayResult {
+    double ns_per_op;
+    uint64_t peak_reserved;
+};
+
+uint64_t peak_live_of(const trace &t)
+{
+    std::vector<uint64_t> size(t.nallocs);
+    uint64_t live = 0, peak = 0;
+    for (size_t i = 0; i < t.nops; i++) {
+        const trace_op &op = t.ops[i];
+        if (op.kind == TRACE_ALLOC) {
+            size[op.id] = op.size;
+            live += op.size;
+            peak = std::max(peak, live);
+        } else {
+            live -= size[op.id];
+        }
+    }
+    return peak;
+}
+
+double replay_once(const bench_allocator *al, const trace &t, uintptr_t stream)
+{
+    std::vector<void *> ptr(t.nallocs, nullptr);
+    std::vector<size_t> size(t.nallocs, 0);
+    double t0 = bench_now();
+    for (size_t i = 0; i < t.nops; i++) {
+        const trace_op &op = t.ops[i];
+        if (op.kind == TRACE_ALLOC) {
+            size[op.id] = op.size;
+            ptr[op.id] = al->alloc(al->ctx, op.size, stream);
+        } else {
+            al->free(al->ctx, ptr[op.id], size[op.id], stream);
+            ptr[op.id] = nullptr;
+        }
+    }
+    double seconds = bench_now() - t0;
+    for (size_t i = 0; i < t.nallocs; i++)
+        if (ptr[i])
+            al->free(al->ctx, ptr[i], size[i], stream);
+    return seconds * 1e9 / (double)t.nops;
+}
+
+// Starts an allocator empty with its peak reset, replays, and reads its own peak reserved.
+ReplayResult replay(Allocators &a, const bench_allocator *al, const trace &t, int reps)
+{
+    std::vector<double> times;
+    uint64_t peak = 0;
+    for (int r = 0; r < reps; r++) {
+        CUDA_OK(cudaDeviceSynchronize());
+        if (al == &a.tidepool) {
+            tide_empty_cache(a.tide, nullptr);
+            tide_reset_peak_stats(a.tide);
+        } else if (al == &a.torch) {
+            c10::cuda::CUDACachingAllocator::emptyCache();
+            c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+        } else {
+            CUDA_OK(cudaMemPoolTrimTo(a.pool, 0));
+            uint64_t zero = 0;
+            CUDA_OK(cudaMemPoolSetAttribute(a.pool, cudaMemPoolAttrReservedMemHigh, &zero));
+        }
+        times.push_back(replay_once(al, t, 0));
+        CUDA_OK(cudaDeviceSynchronize());
+        uint64_t p = 0;
+        if (al == &a.tidepool) {
+            tide_stats s;
+            s.struct_size = sizeof s;
+            tide_get_stats(a.tide, &s);
+            p = (uint64_t)s.reserved_bytes[TIDE_POOL_ALL].peak;
+        } else if (al == &a.torch) {
+            p = (uint64_t)c10::cuda::CUDACachingAllocator::getDeviceStats(0).reserved_bytes[0].peak;
+        } else {
+            CUDA_OK(cudaMemPoolGetAttribute(a.pool, cudaMemPoolAttrReservedMemHigh, &p));
+        }
+        peak = std::max(peak, p);
+    }
+    return {bench_median(times.data(), (int)times.size()), peak};
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: gpu_bench micro [reps] | replay [--only torch] TRACE...\n");
+        return 2;
+    }
+    Allocators a;
+    setup(a);
+    if (!strcmp(argv[1], "micro")) {
+        micro(a, argc > 2 ? std::max(1, std::min(31, atoi(argv[2]))) : 5);
+        return 0;
+    }
+    bool only_torch = argc > 3 && !strcmp(argv[2], "--only") && !strcmp(argv[3], "torch");
+    const char *conf = getenv("PYTORCH_CUDA_ALLOC_CONF");
+    printf("| trace | allocator | ns per op (median of 5) | peak reserved MiB | peak reserved / peak live |\n"
+           "|---|---|---|---|---|\n");
+    for (int i = only_torch ? 4 : 2; i < argc; i++) {
+        trace t;
+        char err[512];
+        if (trace_load(argv[i], &t, err, sizeof err) != 0) {
+            fprintf(stderr, "%s\n", err);
+            return 1;
+        }
+        uint64_t live = peak_live_of(t);
+        const char *name = strrchr(argv[i], '/') ? strrchr(argv[i], '/') + 1 : argv[i];
+        std::vector<const bench_allocator *> which = {&a.tidepool, &a.torch, &a.async};
+        if (only_torch)
+            which = {&a.torch};
+        for (const bench_allocator *al : which) {
+            ReplayResult r = replay(a, al, t, 5);
+            std::string label = al->name;
+            if (al == &a.torch && conf && *conf)
+                label += std::string(" (") + conf + ")";
+            printf("| %s | %s | %.1f | %.1f | %.3f |\n", name, label.c_str(), r.ns_per_op,
+                   r.peak_reserved / 1048576.0, (double)r.peak_reserved / (double)live);
+            fflush(stdout);
+        }
+        trace_free(&t);
+    }
+    return 0;
+}

@@ -1,0 +1,168 @@
+/*
+ * The micro-benchmark patterns, for any allocator behind a small table of functions: the simulated
+ * device (bench/micro_sim.c, any machine) and the GPU (bench/micro_gpu.cpp: tidepool, PyTorch's caching
+ * allocator and cudaMallocAsync in one process).
+ *
+ *   same 1 MiB          one size, allocated and freed again and again
+ *   random 256B-4MiB    log-uniform sizes, 64 live, each step frees a random one and allocates anew
+ *   random 1MiB-256MiB  the same with 16 live
+ *   threads             the small random pattern from T threads at once, each on its own stream
+ *
+ * Sizes are drawn before timing starts. Results are nanoseconds per alloc+free pair; the threaded
+ * pattern reports the time per pair of all threads together (wall time / all pairs).
+ */
+#ifndef TIDE_BENCH_MICRO_PATTERNS_H
+#define TIDE_BENCH_MICRO_PATTERNS_H
+
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+struct bench_allocator {
+    const char *name;
+    void *ctx;
+    void *(*alloc)(void *ctx, size_t size, uintptr_t stream);
+    void (*free)(void *ctx, void *ptr, size_t size, uintptr_t stream);
+};
+
+static inline double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline uint64_t bench_rng(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* n sizes log-uniform in [lo, hi] */
+static inline size_t *bench_sizes(size_t n, size_t lo, size_t hi, uint64_t seed)
+{
+    size_t *sizes = (size_t *)malloc(n * sizeof *sizes);
+    double llo = log((double)lo), lhi = log((double)hi);
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)(bench_rng(&seed) >> 11) / 9007199254740992.0;
+        sizes[i] = (size_t)exp(llo + u * (lhi - llo));
+    }
+    return sizes;
+}
+
+static inline double bench_same_size(const struct bench_allocator *a, size_t size, size_t pairs,
+                                     uintptr_t stream)
+{
+    void *warm = a->alloc(a->ctx, size, stream);
+    a->free(a->ctx, warm, size, stream);
+    double t0 = bench_now();
+    for (size_t i = 0; i < pairs; i++) {
+        void *p = a->alloc(a->ctx, size, stream);
+        a->free(a->ctx, p, size, stream);
+    }
+    return (bench_now() - t0) * 1e9 / (double)pairs;
+}
+
+struct bench_random_args {
+    const struct bench_allocator *a;
+    size_t lo, hi, pairs;
+    int live;
+    uint64_t seed;
+    uintptr_t stream;
+    double ns_per_pair;
+    pthread_barrier_t *start, *stop; /* threaded runs: everyone starts and stops timing together */
+};
+
+/* Keeps `live` blocks; each step frees a random one and allocates a new random size in its place.
+ * One warm-up pass fills the cache, then the timed pass runs the same sizes again. */
+static inline void *bench_random_run(void *p)
+{
+    struct bench_random_args *r = (struct bench_random_args *)p;
+    const struct bench_allocator *a = r->a;
+    size_t *sizes = bench_sizes(r->pairs + (size_t)r->live, r->lo, r->hi, r->seed);
+    uint64_t pick = r->seed ^ 0x5555;
+    size_t *victims = (size_t *)malloc(r->pairs * sizeof *victims);
+    for (size_t i = 0; i < r->pairs; i++)
+        victims[i] = (size_t)(bench_rng(&pick) % (uint64_t)r->live);
+    void **ptrs = (void **)calloc((size_t)r->live, sizeof *ptrs);
+    size_t *held = (size_t *)calloc((size_t)r->live, sizeof *held);
+    for (int round = 0; round < 2; round++) {
+        for (int k = 0; k < r->live; k++) {
+            held[k] = sizes[k];
+            ptrs[k] = a->alloc(a->ctx, held[k], r->stream);
+        }
+        if (round == 1 && r->start)
+            pthread_barrier_wait(r->start);
+        double t0 = bench_now();
+        for (size_t i = 0; i < r->pairs; i++) {
+            size_t k = victims[i];
+            a->free(a->ctx, ptrs[k], held[k], r->stream);
+            held[k] = sizes[(size_t)r->live + i];
+            ptrs[k] = a->alloc(a->ctx, held[k], r->stream);
+        }
+        r->ns_per_pair = (bench_now() - t0) * 1e9 / (double)r->pairs;
+        if (round == 1 && r->stop)
+            pthread_barrier_wait(r->stop);
+        for (int k = 0; k < r->live; k++)
+            a->free(a->ctx, ptrs[k], held[k], r->stream);
+    }
+    free(sizes);
+    free(victims);
+    free(ptrs);
+    free(held);
+    return NULL;
+}
+
+static inline double bench_random(const struct bench_allocator *a, size_t lo, size_t hi, int live,
+                                  size_t pairs, uintptr_t stream)
+{
+    struct bench_random_args r = {a, lo, hi, pairs, live, 42, stream, 0, NULL, NULL};
+    bench_random_run(&r);
+    return r.ns_per_pair;
+}
+
+/* The small random pattern from `threads` threads, each on streams[i]. Returns wall ns per pair of
+ * all threads together, timed from when all are ready to when all are done. */
+static inline double bench_threads(const struct bench_allocator *a, int threads, const uintptr_t *streams,
+                                   size_t pairs_per_thread)
+{
+    pthread_t th[64];
+    struct bench_random_args args[64];
+    pthread_barrier_t start, stop;
+    pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+    pthread_barrier_init(&stop, NULL, (unsigned)threads + 1);
+    for (int i = 0; i < threads; i++) {
+        args[i] = (struct bench_random_args){a, 256, 4u << 20, pairs_per_thread, 64, 1000 + (uint64_t)i,
+                                             streams[i], 0, &start, &stop};
+        pthread_create(&th[i], NULL, bench_random_run, &args[i]);
+    }
+    pthread_barrier_wait(&start);
+    double t0 = bench_now();
+    pthread_barrier_wait(&stop);
+    double wall = bench_now() - t0;
+    for (int i = 0; i < threads; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&start);
+    pthread_barrier_destroy(&stop);
+    return wall * 1e9 / (double)(pairs_per_thread * (size_t)threads);
+}
+
+static inline int bench_compare_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* The median of n values (sorts them). */
+static inline double bench_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, bench_compare_double);
+    return v[n / 2];
+}
+
+#endif
