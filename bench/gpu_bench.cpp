@@ -146,8 +146,9 @@ void micro(Allocators &a, int reps)
 // ---- replay ------------------------------------------------------------------------------------------
 
 struct ReplayResult {
-    double ns_per_op;
-    uint64_t peak_reserved;
+    double cold_ns_per_op;  // from an empty cache: includes the driver's cudaMalloc calls
+    double warm_ns_per_op;  // again, cache kept: the allocator alone (median of the warm runs)
+    uint64_t peak_reserved; // in the cold run
 };
 
 uint64_t peak_live_of(const trace &t)
@@ -189,40 +190,41 @@ double replay_once(const bench_allocator *al, const trace &t, uintptr_t stream)
     return seconds * 1e9 / (double)t.nops;
 }
 
-// Starts an allocator empty with its peak reset, replays, and reads its own peak reserved.
-ReplayResult replay(Allocators &a, const bench_allocator *al, const trace &t, int reps)
+// Starts an allocator empty with its peak reset and replays (cold), reading its own peak reserved;
+// then replays again with the cache kept (warm), timing the allocator alone.
+ReplayResult replay(Allocators &a, const bench_allocator *al, const trace &t, int warm_reps)
 {
-    std::vector<double> times;
-    uint64_t peak = 0;
-    for (int r = 0; r < reps; r++) {
-        CUDA_OK(cudaDeviceSynchronize());
-        if (al == &a.tidepool) {
-            tide_empty_cache(a.tide, nullptr);
-            tide_reset_peak_stats(a.tide);
-        } else if (al == &a.torch) {
-            c10::cuda::CUDACachingAllocator::emptyCache();
-            c10::cuda::CUDACachingAllocator::resetPeakStats(0);
-        } else {
-            CUDA_OK(cudaMemPoolTrimTo(a.pool, 0));
-            uint64_t zero = 0;
-            CUDA_OK(cudaMemPoolSetAttribute(a.pool, cudaMemPoolAttrReservedMemHigh, &zero));
-        }
-        times.push_back(replay_once(al, t, 0));
-        CUDA_OK(cudaDeviceSynchronize());
-        uint64_t p = 0;
-        if (al == &a.tidepool) {
-            tide_stats s;
-            s.struct_size = sizeof s;
-            tide_get_stats(a.tide, &s);
-            p = (uint64_t)s.reserved_bytes[TIDE_POOL_ALL].peak;
-        } else if (al == &a.torch) {
-            p = (uint64_t)c10::cuda::CUDACachingAllocator::getDeviceStats(0).reserved_bytes[0].peak;
-        } else {
-            CUDA_OK(cudaMemPoolGetAttribute(a.pool, cudaMemPoolAttrReservedMemHigh, &p));
-        }
-        peak = std::max(peak, p);
+    CUDA_OK(cudaDeviceSynchronize());
+    if (al == &a.tidepool) {
+        tide_empty_cache(a.tide, nullptr);
+        tide_reset_peak_stats(a.tide);
+    } else if (al == &a.torch) {
+        c10::cuda::CUDACachingAllocator::emptyCache();
+        c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+    } else {
+        CUDA_OK(cudaMemPoolTrimTo(a.pool, 0));
+        uint64_t zero = 0;
+        CUDA_OK(cudaMemPoolSetAttribute(a.pool, cudaMemPoolAttrReservedMemHigh, &zero));
     }
-    return {bench_median(times.data(), (int)times.size()), peak};
+    ReplayResult r{};
+    r.cold_ns_per_op = replay_once(al, t, 0);
+    CUDA_OK(cudaDeviceSynchronize());
+    if (al == &a.tidepool) {
+        tide_stats s;
+        s.struct_size = sizeof s;
+        tide_get_stats(a.tide, &s);
+        r.peak_reserved = (uint64_t)s.reserved_bytes[TIDE_POOL_ALL].peak;
+    } else if (al == &a.torch) {
+        r.peak_reserved = (uint64_t)c10::cuda::CUDACachingAllocator::getDeviceStats(0).reserved_bytes[0].peak;
+    } else {
+        CUDA_OK(cudaMemPoolGetAttribute(a.pool, cudaMemPoolAttrReservedMemHigh, &r.peak_reserved));
+    }
+    std::vector<double> times;
+    for (int i = 0; i < warm_reps; i++)
+        times.push_back(replay_once(al, t, 0));
+    r.warm_ns_per_op = bench_median(times.data(), (int)times.size());
+    CUDA_OK(cudaDeviceSynchronize());
+    return r;
 }
 
 } // namespace
@@ -241,8 +243,8 @@ int main(int argc, char **argv)
     }
     bool only_torch = argc > 3 && !strcmp(argv[2], "--only") && !strcmp(argv[3], "torch");
     const char *conf = getenv("PYTORCH_CUDA_ALLOC_CONF");
-    printf("| trace | allocator | ns per op (median of 5) | peak reserved MiB | peak reserved / peak live |\n"
-           "|---|---|---|---|---|\n");
+    printf("| trace | allocator | ns per op, warm (median of 5) | ns per op, cold | peak reserved MiB | "
+           "peak reserved / peak live |\n|---|---|---|---|---|---|\n");
     for (int i = only_torch ? 4 : 2; i < argc; i++) {
         trace t;
         char err[512];
@@ -260,8 +262,8 @@ int main(int argc, char **argv)
             std::string label = al->name;
             if (al == &a.torch && conf && *conf)
                 label += std::string(" (") + conf + ")";
-            printf("| %s | %s | %.1f | %.1f | %.3f |\n", name, label.c_str(), r.ns_per_op,
-                   r.peak_reserved / 1048576.0, (double)r.peak_reserved / (double)live);
+            printf("| %s | %s | %.1f | %.1f | %.1f | %.3f |\n", name, label.c_str(), r.warm_ns_per_op,
+                   r.cold_ns_per_op, r.peak_reserved / 1048576.0, (double)r.peak_reserved / (double)live);
             fflush(stdout);
         }
         trace_free(&t);

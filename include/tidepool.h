@@ -44,6 +44,7 @@
  *   back wholly free segments (oldest first), since none of them could serve the request. If a segment
  *   of the same size was given back that way shortly before, the program evidently needs it, and the
  *   mark rises instead; so a training loop's steady state makes no driver calls at all.
+ *   tide_empty_cache resets the mark to what stays reserved. Config key trim_on_growth turns this off.
  *
  * MEMORY PRESSURE
  *   A limit (config key "limit", or tide_set_limit) that reserved memory never exceeds. Below it, an
@@ -66,6 +67,9 @@
  *                                     Default: off.
  *     max_split_size_mb:N             blocks of N MiB or more are never split, and requests below N MiB
  *                                     never take them (N > 20). Default: unlimited.
+ *     trim_on_growth:B                True (default): before reserving past the most it has ever
+ *                                     reserved, give idle segments back (see HOLDING MEMORY). False:
+ *                                     keep every freed segment cached until asked (PyTorch's way).
  *     debug:L                         0: off (default). 1: run tide_check after every call that reserves
  *                                     or releases segments. 2: run tide_check after every call. A failed
  *                                     check prints the problem to stderr and aborts.

@@ -346,10 +346,21 @@ tide_status tide_free(tide_allocator *t, void *ptr)
     if (!ptr)
         return TIDE_OK;
     struct heap *h;
-    struct block *b;
-    tide_status s = locate(t, (uintptr_t)ptr, "tide_free", &h, &b);
-    if (s != TIDE_OK)
-        return s;
+    struct block *b = NULL;
+    /* Most frees come from the thread that allocated, on the same stream: try that heap first. */
+    if (last_heap.allocator_id == t->id) {
+        h = last_heap.heap;
+        heap_lock(h);
+        b = ptr_map_get(&h->map, (uintptr_t)ptr);
+        if (!b)
+            heap_unlock(h);
+    }
+    if (!b) {
+        tide_status s = locate(t, (uintptr_t)ptr, "tide_free", &h, &b);
+        if (s != TIDE_OK)
+            return s;
+    }
+    tide_status s;
     if (b->state == BLOCK_PENDING) {
         heap_unlock(h);
         return tide__fail(TIDE_EINVAL, "tide_free of %p: a double free; it was freed already and is "

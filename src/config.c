@@ -10,12 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KEY_LIST "limit, garbage_collection_threshold, max_split_size_mb, debug, expandable_segments"
+#define KEY_LIST                                                                                   \
+    "limit, garbage_collection_threshold, max_split_size_mb, trim_on_growth, debug, expandable_segments"
 
 void config_defaults(struct tide_config *c)
 {
     memset(c, 0, sizeof *c);
     c->max_split_size = SIZE_MAX;
+    c->trim_on_growth = true;
 }
 
 static bool equals(const char *s, size_t len, const char *word)
@@ -165,6 +167,9 @@ static tide_status apply(struct tide_config *c, const char *origin, const char *
         if (!parse_uint(v, vlen, &mb) || mb <= 20 || mb > (UINT64_MAX >> 21))
             return bad_value(origin, k, klen, v, vlen, "a whole number of MiB above 20");
         c->max_split_size = (size_t)mb * MiB;
+    } else if (equals(k, klen, "trim_on_growth")) {
+        if (!parse_bool(v, vlen, &c->trim_on_growth))
+            return bad_value(origin, k, klen, v, vlen, "True or False");
     } else if (equals(k, klen, "debug")) {
         uint64_t level;
         if (!parse_uint(v, vlen, &level) || level > 2)

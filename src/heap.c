@@ -17,6 +17,19 @@ struct block_chunk {
     struct block blocks[BLOCKS_PER_CHUNK];
 };
 
+uint64_t idle_clock(void)
+{
+    /* Orders idle segments by age across heaps. A coarse clock is cheap and shares nothing between
+     * threads (a counter would bounce one cache line among them); ties only blur "oldest first". */
+#ifdef CLOCK_MONOTONIC_COARSE
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+#else
+    return now_ns();
+#endif
+}
+
 uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -125,7 +138,7 @@ static bool covers_segment(const struct block *b) { return b->size == b->seg->si
 static void idle_append(struct heap *h, struct segment *seg)
 {
     seg->idle = true;
-    seg->idle_since = atomic_fetch_add_explicit(&h->owner->idle_clock, 1, memory_order_relaxed);
+    seg->idle_since = idle_clock();
     seg->idle_next = NULL;
     seg->idle_prev = h->idle_tail;
     if (h->idle_tail)

@@ -119,7 +119,7 @@ struct segment {
     struct segment *prev, *next;      /* the heap's list of segments */
     struct segment *idle_prev, *idle_next; /* the heap's list of wholly free segments, oldest first */
     bool idle;
-    uint64_t idle_since;              /* the allocator's idle clock when it became wholly free */
+    uint64_t idle_since;              /* idle_clock() when it became wholly free */
 };
 
 /* ---- free_index.c: two-level segregated fit over the FREE blocks of one pool of one heap --------- */
@@ -175,6 +175,7 @@ struct tide_config {
     size_t max_split_size;            /* SIZE_MAX = unlimited */
     int debug;
     bool expandable_segments;
+    bool trim_on_growth;              /* give idle segments back before passing the high-water mark */
 };
 void config_defaults(struct tide_config *c);
 /* Applies "key:value,..." on top of *c. origin names the string in messages ("TIDEPOOL_CONF"). On
@@ -377,8 +378,8 @@ struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rou
 /* Under h->lock: make a block FREE, merge it with its FREE neighbours, file it. Returns the size of its
  * segment if that became wholly free, else 0 (for the statistics, which the caller keeps). */
 size_t heap_make_free(struct heap *h, struct block *b);
-/* Under h->lock: detach wholly free segments (oldest first) idle since at or before `before` (on the
- * idle clock), until `want` bytes are detached; they go on *out (linked by next). Returns the bytes
+/* Under h->lock: detach wholly free segments (oldest first) idle since at or before `before` (by
+ * idle_clock), until `want` bytes are detached; they go on *out (linked by next). Returns the bytes
  * detached. */
 size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct segment **out);
 static inline void heap_lock(struct heap *h) { spin_lock_acquire(&h->lock); }
@@ -390,6 +391,7 @@ void block_recycle(struct heap *h, struct block *b);
 /* The block of h's segment seg that contains addr, by walking (slow; for messages). */
 struct block *segment_block_at(struct segment *seg, uintptr_t addr);
 uint64_t now_ns(void);
+uint64_t idle_clock(void);
 
 /* ---- lifecycle.c: ACTIVE -> PENDING -> FREE ------------------------------------------------------ */
 tide_status lifecycle_free(struct heap *h, struct block *b);
@@ -448,7 +450,6 @@ struct tide_allocator {
     _Atomic(uint32_t) nheaps;
 
     _Atomic(uint64_t) pending_seq;            /* stamps fences and owed synchronizes */
-    _Atomic(uint64_t) idle_clock;             /* orders wholly free segments by age, across heaps */
 };
 
 /* Locks the pressure lock and every heap, in order (tide_check, tide_destroy, stats). */

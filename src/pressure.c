@@ -253,7 +253,7 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
          * Only if a segment of this very size went back that way lately does the mark rise: the
          * program needs that memory, and releasing again would only repeat itself, reserving and
          * releasing the same sizes in every step of a training loop. */
-        if (t->reserved + size > t->high_water) {
+        if (t->conf.trim_on_growth && t->reserved + size > t->high_water) {
             if (recently_released(t, size))
                 t->high_water = t->reserved + size;
             else
@@ -389,6 +389,8 @@ tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report)
     tide_status s = allocator_synchronize_and_drain(t, &drained);
     r.drained_blocks = drained;
     tide_status s2 = release_all_idle(t, &r);
+    /* The program asked for its memory back: what it needs from now on sets the mark anew. */
+    t->high_water = t->reserved;
     fill_report(t, &r);
     pthread_mutex_unlock(&t->pressure);
     if (report)

@@ -33,7 +33,9 @@ static void test_good_strings(void)
     c = parsed("garbage_collection_threshold:0.6,max_split_size_mb:256", TIDE_OK);
     CHECK(c.gc_threshold == 0.6 && c.max_split_size == 256 * MIB);
     c = parsed("expandable_segments:False", TIDE_OK);
-    CHECK(!c.expandable_segments);
+    CHECK(!c.expandable_segments && c.trim_on_growth);
+    c = parsed("trim_on_growth:False", TIDE_OK);
+    CHECK(!c.trim_on_growth);
     c = parsed("", TIDE_OK);
     CHECK(!c.limit_set && c.max_split_size == SIZE_MAX);
     c = parsed("debug:0,debug:1", TIDE_OK); /* the later entry wins */
@@ -64,6 +66,7 @@ static void test_bad_strings(void)
         {"debug:3", TIDE_EINVAL, "0, 1 or 2"},
         {"expandable_segments:maybe", TIDE_EINVAL, "True or False"},
         {"expandable_segments:True", TIDE_EUNSUPPORTED, "not supported yet"},
+        {"trim_on_growth:yes", TIDE_EINVAL, "True or False"},
         {"roundup_power2_divisions:4", TIDE_EINVAL, "unknown key 'roundup_power2_divisions'"},
         {"debug:1,Limit:1GiB", TIDE_EINVAL, "unknown key 'Limit'"},
     };

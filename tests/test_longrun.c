@@ -14,8 +14,8 @@ static struct trace seed;
 /* slack: how much a later pass's peak may exceed the second pass's. Without tide_empty_cache the
  * cache settles and nothing moves: slack 0, and no segment is reserved after the first pass. With it,
  * the cache is emptied at points where different blocks are live in each pass, so which partly used
- * segments survive varies by a few MiB from pass to pass (0.4% on this trace) without a trend: slack
- * 1%. With kernels on the simulated device's threads, when each finishes depends on the machine. A
+ * segments survive, and how the next growth is laid out, varies by a few MiB from pass to pass
+ * without a trend (within 1.3% over 40 passes on this trace): slack 2%. With kernels on the simulated device's threads, when each finishes depends on the machine. A
  * leak grows pass after pass past any slack, and leaves memory behind at the final tide_empty_cache,
  * which must give back everything. */
 static void long_run(const char *what, size_t empty_every, enum replay_device_work work, unsigned passes,
@@ -67,7 +67,7 @@ static void test_fifty_passes_without_empty_cache(void)
 static void test_fifty_passes_with_empty_cache_every_few_steps(void)
 {
     /* The trace holds 60 steps in 141,371 operations: every 10,000 operations is about every 4 steps. */
-    long_run("empty_cache every 10000 ops", 10000, REPLAY_WORK_NONE, PASSES, 0.01);
+    long_run("empty_cache every 10000 ops", 10000, REPLAY_WORK_NONE, PASSES, 0.02);
 }
 
 static void test_passes_with_kernels_holding_freed_blocks(void)
@@ -75,7 +75,7 @@ static void test_passes_with_kernels_holding_freed_blocks(void)
     /* Each allocation's kernel holds a reference until 64 allocations later, so most frees go
      * pending and drain as kernels finish; repeatable, so the check is exact. */
     long_run("kernels holding references", 0, REPLAY_WORK_LAG, 20, 0);
-    long_run("kernels holding references, empty_cache every 10000 ops", 10000, REPLAY_WORK_LAG, 20, 0.01);
+    long_run("kernels holding references, empty_cache every 10000 ops", 10000, REPLAY_WORK_LAG, 20, 0.02);
 }
 
 static void test_passes_with_asynchronous_kernels(void)
