@@ -70,7 +70,7 @@ seed)
     # Step time again, alternating the two allocators, so drift in the GPU's clocks hits both alike.
     for round in 1 2 3; do
         for alloc in native tidepool; do
-            python3 bench/seed_loop.py --allocator $alloc --steps 400 --json "$OUT/alt_${alloc}_$round.json" 2>&1 | tail -1
+            python3 bench/seed_loop.py --allocator $alloc --steps 300 --json "$OUT/alt_${alloc}_$round.json" 2>&1 | tail -1
         done
     done
     python3 - "$OUT" <<'PY' | tee -a "$OUT/seed_summary.md"
@@ -79,7 +79,7 @@ ms = {}
 for alloc in ("native", "tidepool"):
     ms[alloc] = [statistics.median(json.load(open(p))["window_ms_per_step"][1:])
                  for p in sorted(glob.glob(sys.argv[1] + "/alt_%s_*.json" % alloc))]
-print("\nalternating runs (400 steps each, median ms/step of each run): PyTorch %s, tidepool %s" % (
+print("\nalternating runs (300 steps each, median ms/step of each run): PyTorch %s, tidepool %s" % (
     ["%.3f" % v for v in ms["native"]], ["%.3f" % v for v in ms["tidepool"]]))
 print("tidepool / PyTorch, median of the runs: %+.2f%%" % (
     (statistics.median(ms["tidepool"]) / statistics.median(ms["native"]) - 1) * 100))
