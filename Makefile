@@ -1,7 +1,7 @@
 # tidepool: the two commands a new user needs.
 #   make demo    build, then replay a real training trace through tidepool on the simulated device
 #   make check   build, then run the whole test suite
-# Other targets: make build, make check-sanitize (ASan+UBSan), make clean.
+# Other targets: make build, make check-sanitize (ASan+UBSan), make gpu-check, make clean.
 
 BUILD ?= build
 SANITIZE_BUILD ?= build-sanitize
@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build demo check check-sanitize deps clean
+.PHONY: all build demo check check-sanitize gpu-check deps clean
 
 all: build
 
@@ -27,6 +27,10 @@ demo: build
 
 check: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# The GPU tests (CUDA backend, cross-stream safety, PyTorch, CuPy); each is skipped without a GPU.
+gpu-check: build
+	ctest --test-dir $(BUILD) -L gpu --output-on-failure
 
 check-sanitize: deps
 	@cmake -S . -B $(SANITIZE_BUILD) -DTIDE_WERROR=ON -DTIDE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null

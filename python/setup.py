@@ -1,0 +1,40 @@
+"""Installs the tidepool Python package with libtidepool built from this repository and bundled in it.
+
+    pip install ./python                       (from the repository root; needs CMake and a C compiler)
+"""
+import os
+import shutil
+import subprocess
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+class BuildWithLibrary(build_py):
+    """Builds libtidepool with CMake and puts it, and tidepool.h for the PyTorch hooks, in the package."""
+
+    def run(self):
+        super().run()
+        build = os.path.join(ROOT, "build-python")
+        subprocess.run(["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release"], check=True)
+        subprocess.run(["cmake", "--build", build, "--target", "tidepool_shared", "-j"], check=True)
+        package = os.path.join(self.build_lib, "tidepool")
+        shutil.copyfile(os.path.realpath(os.path.join(build, "libtidepool.so")),
+                        os.path.join(package, "libtidepool.so"))
+        os.makedirs(os.path.join(package, "include"), exist_ok=True)
+        shutil.copyfile(os.path.join(ROOT, "include", "tidepool.h"),
+                        os.path.join(package, "include", "tidepool.h"))
+
+
+setup(
+    name="tidepool",
+    version="0.1.0",
+    description="A caching allocator for GPU device memory (PyTorch and CuPy integrations)",
+    packages=["tidepool"],
+    package_data={"tidepool": ["_torch_shim.cpp"]},
+    cmdclass={"build_py": BuildWithLibrary},
+    python_requires=">=3.8",
+)
