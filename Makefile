@@ -1,15 +1,18 @@
 # tidepool: the two commands a new user needs.
 #   make demo    build, then replay a real training trace through tidepool on the simulated device
 #   make check   build, then run the whole test suite
-# Other targets: make build, make check-sanitize (ASan+UBSan), make gpu-check, make clean.
+# Other targets: make build, make check-sanitize (ASan+UBSan), make fuzz (libFuzzer, FUZZ_SECONDS),
+# make gpu-check, make clean. docs/reliability.md has the longer runs.
 
 BUILD ?= build
 SANITIZE_BUILD ?= build-sanitize
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build demo check check-sanitize gpu-check deps clean
+.PHONY: all build demo check check-sanitize fuzz gpu-check deps clean
 
 all: build
 
@@ -37,5 +40,19 @@ check-sanitize: deps
 	@cmake --build $(SANITIZE_BUILD) -j $(JOBS)
 	ctest --test-dir $(SANITIZE_BUILD) --output-on-failure -j $(JOBS)
 
+# The libFuzzer harness (fuzz/fuzz_api.c) with ASan and UBSan: first every input that once failed
+# (fuzz/regressions), then FUZZ_SECONDS of fuzzing from the committed corpus. New inputs go to
+# $(FUZZ_BUILD)/corpus; a failing one is written to $(FUZZ_BUILD)/crash-*.
+fuzz:
+	@command -v clang >/dev/null && command -v cmake >/dev/null \
+	  && ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 \
+	  || scripts/install-deps.sh fuzz
+	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DTIDE_WERROR=ON -DTIDE_FUZZ=ON -DTIDE_SANITIZE=ON >/dev/null
+	@cmake --build $(FUZZ_BUILD) --target fuzz_api -j $(JOBS)
+	$(FUZZ_BUILD)/fuzz/fuzz_api fuzz/regressions/*
+	@mkdir -p $(FUZZ_BUILD)/corpus
+	$(FUZZ_BUILD)/fuzz/fuzz_api -max_total_time=$(FUZZ_SECONDS) -max_len=512 -timeout=30 \
+	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus fuzz/corpus
+
 clean:
-	rm -rf $(BUILD) $(SANITIZE_BUILD)
+	rm -rf $(BUILD) $(SANITIZE_BUILD) $(FUZZ_BUILD)

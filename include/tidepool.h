@@ -209,7 +209,9 @@ TIDE_API tide_status tide_create(const tide_backend *backend, const char *config
 
 /* Synchronizes the device, releases every segment to the backend, and frees the allocator. Returns
  * TIDE_EBUSY (after freeing everything anyway) if allocations were still live or blocks still
- * referenced: the message says how many and how large. NULL is allowed and does nothing. */
+ * referenced: the message says how many and how large. Returns TIDE_EDEVICE if the device failed to
+ * synchronize or to take memory back (the allocator is freed all the same). NULL is allowed and does
+ * nothing. */
 TIDE_API tide_status tide_destroy(tide_allocator *t);
 
 /* Allocates size bytes (1 byte up to the device's total memory) for use on stream. The block is

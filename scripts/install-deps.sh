@@ -1,6 +1,9 @@
 #!/bin/sh
-# Installs what building and testing tidepool needs on Debian: a C compiler, make, CMake, gzip.
-# Run as root, or with sudo available.
+# Installs what building and testing tidepool needs on Debian. Run as root, or with sudo available.
+#   scripts/install-deps.sh            a C compiler, make, CMake, gzip (make demo, make check)
+#   scripts/install-deps.sh fuzz       clang and its runtime libraries (make fuzz: libFuzzer, sanitizers)
+#   scripts/install-deps.sh valgrind   valgrind (make check-valgrind)
+# Several may be given at once.
 set -eu
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
@@ -8,6 +11,15 @@ if [ "$(id -u)" -ne 0 ]; then
         echo "install-deps: run as root (or install sudo): needs apt-get" >&2; exit 1
     fi
 fi
+packages="gcc libc6-dev make cmake gzip"
+for extra in "$@"; do
+    case "$extra" in
+        fuzz) packages="$packages clang libclang-rt-dev" ;;
+        valgrind) packages="$packages valgrind" ;;
+        *) echo "install-deps: unknown extra '$extra' (known: fuzz, valgrind)" >&2; exit 2 ;;
+    esac
+done
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends gcc libc6-dev make cmake gzip
+# shellcheck disable=SC2086 # the list is meant to split into words
+$SUDO apt-get install -y -q --no-install-recommends $packages

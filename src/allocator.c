@@ -217,7 +217,7 @@ tide_status tide_destroy(tide_allocator *t)
         held += p->pending_blocks.cur;
         held_bytes += p->pending.cur;
     }
-    pressure_release_everything(t);
+    uint64_t refused = pressure_release_everything(t);
     allocator_unlock_all(t);
     for (uint32_t i = 0; i < n; i++)
         heap_destroy(t->heaps[i]);
@@ -234,6 +234,9 @@ tide_status tide_destroy(tide_allocator *t)
                           "anyway", (long long)live, live == 1 ? "" : "s",
                           format_bytes((uint64_t)live_bytes, lb), (long long)held,
                           held == 1 ? "" : "s", format_bytes((uint64_t)held_bytes, hb));
+    if (refused)
+        return tide__fail_with_context(TIDE_EDEVICE, "tide_destroy: the device refused to take back %s",
+                                       format_bytes(refused, lb));
     if (!synced)
         return tide__fail_with_context(TIDE_EDEVICE, "tide_destroy: synchronizing the device");
     return TIDE_OK;

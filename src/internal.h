@@ -416,7 +416,8 @@ tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report)
 tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report *report);
 tide_status pressure_set_limit(tide_allocator *t, size_t bytes);
 /* Releases every segment regardless (tide_destroy). Under the pressure lock. */
-void pressure_release_everything(tide_allocator *t);
+/* Returns the bytes the backend refused to take back. */
+uint64_t pressure_release_everything(tide_allocator *t);
 
 /* ---- check.c ------------------------------------------------------------------------------------- */
 /* Under the pressure lock and every heap lock. */

@@ -85,10 +85,11 @@ static tide_status reserve_segment(tide_allocator *t, enum pool_kind pool, size_
 /* Why segments are released: only releases made to stay under the high-water mark are remembered. */
 enum release_reason { RELEASE_ASKED, RELEASE_FOR_HIGH_WATER };
 
-/* Gives detached segments back to the backend. A segment the backend refuses to take goes back to its
- * heap as idle, so nothing is lost; the first such error is returned. */
-static tide_status release_segments(tide_allocator *t, struct segment *list, tide_release_report *r,
-                                    enum release_reason why)
+/* Gives segments detached from heap h back to the backend. A segment the backend refuses to take goes
+ * back to h as idle, so nothing is lost; the first such error is returned. (Detaching cleared each
+ * segment's heap pointer, so h must come from the caller.) */
+static tide_status release_segments(tide_allocator *t, struct heap *h, struct segment *list,
+                                    tide_release_report *r, enum release_reason why)
 {
     const tide_backend *be = &t->backend;
     tide_status first_error = TIDE_OK;
@@ -115,7 +116,6 @@ static tide_status release_segments(tide_allocator *t, struct segment *list, tid
                                                   "backend", format_bytes(seg->size, sz),
                                                   (unsigned long long)seg->base, be->name);
         }
-        struct heap *h = atomic_load(&seg->heap);
         if (segment_map_add(&t->segmap, seg) != TIDE_OK)
             continue; /* cannot happen: the map's tables for it exist already */
         heap_lock(h);
@@ -153,7 +153,7 @@ static tide_status release_oldest(tide_allocator *t, size_t want, enum release_r
         heap_unlock(oldest);
         if (!got)
             continue; /* it was reused meanwhile */
-        tide_status s = release_segments(t, list, r, why);
+        tide_status s = release_segments(t, oldest, list, r, why);
         if (s != TIDE_OK) {
             if (first_error == TIDE_OK)
                 first_error = s;
@@ -175,7 +175,7 @@ static tide_status release_all_idle(tide_allocator *t, tide_release_report *r)
         heap_lock(h);
         heap_detach_idle(h, UINT64_MAX, SIZE_MAX, &list);
         heap_unlock(h);
-        tide_status s = release_segments(t, list, r, RELEASE_ASKED);
+        tide_status s = release_segments(t, h, list, r, RELEASE_ASKED);
         if (s != TIDE_OK && first_error == TIDE_OK)
             first_error = s;
     }
@@ -437,9 +437,10 @@ tide_status pressure_set_limit(tide_allocator *t, size_t bytes)
     return s;
 }
 
-void pressure_release_everything(tide_allocator *t)
+uint64_t pressure_release_everything(tide_allocator *t)
 {
     const tide_backend *be = &t->backend;
+    uint64_t refused = 0;
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
         lifecycle_destroy_fences(h);
@@ -448,6 +449,8 @@ void pressure_release_everything(tide_allocator *t)
             segment_map_remove(&t->segmap, seg);
             if (be->release(be->ctx, seg->base, seg->size) == TIDE_OK)
                 t->num_device_free++;
+            else
+                refused += seg->size;
             t->reserved -= seg->size;
             free(seg);
         }
@@ -458,4 +461,5 @@ void pressure_release_everything(tide_allocator *t)
         t->spare_segments = seg->next;
         free(seg);
     }
+    return refused;
 }

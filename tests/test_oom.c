@@ -152,6 +152,55 @@ static void test_device_refusals(void)
     fixture_close(&f);
 }
 
+/* The device refuses to take a segment back (empty_cache, trim, a release to make room): the call says
+ * so, and the segment stays cached and counted, to be released later. Found by the fuzzer: the refused
+ * segment was put back through a heap pointer that detaching had cleared. */
+static void test_device_refuses_a_release(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *p, *q;
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &p));
+    CHECK_OK(tide_malloc(f.t, 3 * MIB, 0, &q));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_free(f.t, q));
+    int64_t reserved = reserved_of(f.t);
+
+    tide_sim_inject_fault(f.sim, TIDE_SIM_RELEASE, 0, 1);
+    tide_release_report r;
+    CHECK_STATUS(tide_empty_cache(f.t, &r), TIDE_EDEVICE);
+    CHECK_MESSAGE("injected fault in release");
+    CHECK_OK(tide_check(f.t));
+    CHECK(reserved_of(f.t) > 0 && reserved_of(f.t) < reserved); /* one refused, the other released */
+    CHECK(held_by_device(f.sim) == (uint64_t)reserved_of(f.t));
+
+    tide_sim_inject_fault(f.sim, TIDE_SIM_RELEASE, 0, 1);
+    CHECK_STATUS(tide_trim(f.t, 0, NULL), TIDE_EDEVICE);
+    CHECK_OK(tide_check(f.t));
+    CHECK(held_by_device(f.sim) == (uint64_t)reserved_of(f.t));
+
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &p)); /* the refused segment is still usable */
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_empty_cache(f.t, &r));
+    CHECK(reserved_of(f.t) == 0 && held_by_device(f.sim) == 0);
+    fixture_close(&f);
+}
+
+/* tide_destroy says when the device refused to take memory back. */
+static void test_destroy_reports_a_refused_release(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *p;
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &p));
+    CHECK_OK(tide_free(f.t, p));
+    tide_sim_inject_fault(f.sim, TIDE_SIM_RELEASE, 0, 1);
+    CHECK_STATUS(tide_destroy(f.t), TIDE_EDEVICE);
+    CHECK_MESSAGE("refused to take back 2.0 MiB");
+    CHECK(held_by_device(f.sim) == 2 * MIB); /* lost to the device, as it said */
+    tide_sim_destroy(f.sim);
+}
+
 /* The device's real limit, not tidepool's: another user of the device holds most of it, so the
  * device refuses a segment that tidepool's own limit would allow. Step 2 of the ladder gives back a
  * cached segment, and the device then has room. */
@@ -299,6 +348,8 @@ int main(void)
     RUN(test_ladder_synchronizes_when_it_must);
     RUN(test_ladder_fails_with_a_report);
     RUN(test_device_refusals);
+    RUN(test_device_refuses_a_release);
+    RUN(test_destroy_reports_a_refused_release);
     RUN(test_device_memory_runs_out);
     RUN(test_gc_threshold_releases_oldest_first);
     RUN(test_growth_past_high_water_gives_idle_segments_back);

@@ -1,0 +1,566 @@
+/*
+ * A libFuzzer harness over tidepool's public API on the simulated device.
+ *
+ * Each input is a program: a config selector, then operations, each a byte of opcode and a few bytes
+ * of arguments. The operations are every public call a user makes (malloc, free, record_stream, retain,
+ * release, empty_cache, trim, limits, config strings, stats) and every invalid call (foreign and interior
+ * pointers, double frees, a release without a retain, sizes of 0 and beyond the device), plus device
+ * faults injected into the next backend call. After every operation:
+ *   - tide_check must pass;
+ *   - an invalid call must fail with the documented status and leave the statistics byte-identical;
+ *   - a new block must not overlap a live block or a freed block the device still uses.
+ * Device use is modelled by kernels on the simulated device's streams that wait at a gate the input
+ * opens. A kernel checks the data pattern of its block when it runs: if tidepool had handed the block
+ * to a new owner (who stamps its own pattern), the kernel sees the wrong bytes. Either finding aborts,
+ * which libFuzzer reports as a crash with the input that caused it.
+ *
+ * At the end of each input every kernel is let through, everything is freed, and tide_destroy must
+ * return everything: the device holds no byte and no fence afterwards.
+ *
+ * Build and run: make fuzz (FUZZ_SECONDS=N), see docs/reliability.md.
+ */
+#include "tidepool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MIB ((size_t)1 << 20)
+#define DEVICE_BYTES (1024 * MIB) /* small, so limits, huge sizes and out-of-memory are reachable */
+#define STREAMS 3                 /* the default stream and two more */
+#define MAX_BLOCKS 96
+#define MAX_KERNELS 24
+#define STAMP 128                 /* bytes of pattern at each end of a block */
+#define GATE_TIMEOUT_MS 20        /* a gate the input never opens lets its kernel through after this,
+                                     so a synchronize inside tidepool (the out-of-memory ladder) ends */
+
+static void die(const char *what, const char *detail)
+{
+    fprintf(stderr, "fuzz_api: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+    abort();
+}
+
+/* ---- the device's view: kernels at gates ------------------------------------------------------------ */
+
+struct kernel {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    bool open;
+    atomic_bool done;
+    const uint8_t *ptr;
+    size_t size;
+    uint8_t tag;
+    tide_allocator *release_from; /* set for a kernel that holds a reference (Metal's model) */
+    tide_stream stream;
+};
+
+static bool stamp_intact(const uint8_t *p, size_t size, uint8_t tag)
+{
+    size_t n = size < STAMP ? size : STAMP;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != tag || p[size - n + i] != tag)
+            return false;
+    return true;
+}
+
+static void kernel_run(void *arg)
+{
+    struct kernel *k = arg;
+    pthread_mutex_lock(&k->m);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += GATE_TIMEOUT_MS * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    while (!k->open)
+        if (pthread_cond_timedwait(&k->c, &k->m, &until) == ETIMEDOUT)
+            break;
+    pthread_mutex_unlock(&k->m);
+    /* The kernel reads its block: a new owner's pattern here is a use after free. */
+    if (!stamp_intact(k->ptr, k->size, k->tag))
+        die("use-after-free detected", "a kernel found another owner's data in the block it uses");
+    atomic_store_explicit(&k->done, true, memory_order_release);
+    if (k->release_from && tide_release(k->release_from, (void *)k->ptr) != TIDE_OK)
+        die("a kernel's tide_release failed", tide_last_error());
+}
+
+static void kernel_open(struct kernel *k)
+{
+    pthread_mutex_lock(&k->m);
+    k->open = true;
+    pthread_cond_broadcast(&k->c);
+    pthread_mutex_unlock(&k->m);
+}
+
+/* ---- the program's view: blocks ----------------------------------------------------------------------- */
+
+struct block {
+    uint8_t *p;
+    size_t size;
+    uint8_t tag;
+    tide_stream stream;    /* the stream it was allocated on */
+    bool live;             /* allocated and not yet freed */
+    int host_refs;         /* references the program holds (retain without release yet) */
+    int kernels[MAX_KERNELS];
+    int nkernels;          /* kernels that use the block */
+};
+
+struct world {
+    tide_allocator *t;
+    tide_stream streams[STREAMS];
+    struct block blocks[MAX_BLOCKS];
+    int nblocks;
+    struct kernel kernels[MAX_KERNELS];
+    int nkernels;
+    uint8_t next_tag;
+    const uint8_t *in;
+    size_t len, pos;
+};
+
+static tide_sim *sim;
+static tide_backend backend;
+static tide_stream sim_streams[STREAMS];
+
+static unsigned byte(struct world *w) { return w->pos < w->len ? w->in[w->pos++] : 0; }
+
+static size_t fuzzed_size(struct world *w)
+{
+    unsigned kind = byte(w), a = byte(w), b = byte(w);
+    switch (kind % 8) {
+    case 0: return 0;                                        /* invalid */
+    case 1: return DEVICE_BYTES + ((size_t)a << 20) + b + 1; /* more than the device has */
+    case 2: return SIZE_MAX - a;                             /* absurd */
+    case 3: case 4: return ((size_t)a << 16 | (size_t)b << 8) % (64 * MIB) + 1; /* up to 64 MiB */
+    default: return ((size_t)1 << (a % 21)) + b;             /* 1 B to 1 MiB, log-uniform */
+    }
+}
+
+/* Is device use of the block possibly still going on? */
+static bool in_use_by_device(const struct world *w, const struct block *b)
+{
+    if (b->host_refs > 0)
+        return true;
+    for (int i = 0; i < b->nkernels; i++)
+        if (!atomic_load_explicit(&w->kernels[b->kernels[i]].done, memory_order_acquire))
+            return true;
+    return false;
+}
+
+/* Forgets freed blocks the device is done with, so their addresses may be reused. */
+static void retire_blocks(struct world *w)
+{
+    for (int i = 0; i < w->nblocks;)
+        if (!w->blocks[i].live && !in_use_by_device(w, &w->blocks[i]))
+            w->blocks[i] = w->blocks[--w->nblocks];
+        else
+            i++;
+}
+
+static struct block *pick_live(struct world *w)
+{
+    int live = 0;
+    for (int i = 0; i < w->nblocks; i++)
+        live += w->blocks[i].live;
+    if (!live)
+        return NULL;
+    int n = (int)(byte(w) % (unsigned)live);
+    for (int i = 0; i < w->nblocks; i++)
+        if (w->blocks[i].live && n-- == 0)
+            return &w->blocks[i];
+    return NULL;
+}
+
+static tide_stats stats_now(tide_allocator *t)
+{
+    tide_stats s;
+    memset(&s, 0, sizeof s);
+    s.struct_size = sizeof s;
+    if (tide_get_stats(t, &s) != TIDE_OK)
+        die("tide_get_stats failed", tide_last_error());
+    return s;
+}
+
+/* Runs an invalid call: it must return `expected` and change no statistic. */
+#define EXPECT_REJECTED(w, call, expected)                                                          \
+    do {                                                                                           \
+        tide_stats before_ = stats_now((w)->t);                                                    \
+        tide_status got_ = (call);                                                                 \
+        if (got_ != (expected)) {                                                                  \
+            fprintf(stderr, "%s returned %s, expected %s\n", #call, tide_status_name(got_),       \
+                    tide_status_name(expected));                                                   \
+            die("an invalid call was not rejected as documented", tide_last_error());              \
+        }                                                                                          \
+        tide_stats after_ = stats_now((w)->t);                                                     \
+        if (memcmp(&before_, &after_, sizeof before_) != 0)                                        \
+            die("an invalid call changed the statistics", #call);                                  \
+    } while (0)
+
+static void stamp(struct block *b)
+{
+    size_t n = b->size < STAMP ? b->size : STAMP;
+    memset(b->p, b->tag, n);
+    memset(b->p + b->size - n, b->tag, n);
+}
+
+static void op_malloc(struct world *w)
+{
+    size_t size = fuzzed_size(w);
+    tide_stream stream = w->streams[byte(w) % STREAMS];
+    retire_blocks(w);
+    void *p = NULL;
+    tide_status s = tide_malloc(w->t, size, stream, &p);
+    if (size == 0) {
+        if (s != TIDE_EINVAL)
+            die("tide_malloc of 0 bytes did not fail with TIDE_EINVAL", tide_last_error());
+        return;
+    }
+    if (size > DEVICE_BYTES) {
+        if (s != TIDE_ENOMEM || p)
+            die("tide_malloc beyond the device did not fail with TIDE_ENOMEM", tide_last_error());
+        return;
+    }
+    if (s == TIDE_ENOMEM || s == TIDE_EDEVICE) { /* the limit, or an injected fault */
+        if (p)
+            die("a failed tide_malloc returned a pointer", NULL);
+        return;
+    }
+    if (s != TIDE_OK)
+        die("tide_malloc failed unexpectedly", tide_last_error());
+    if ((uintptr_t)p % 512)
+        die("tide_malloc returned a block not aligned to 512 bytes", NULL);
+    struct block nb = {.p = p, .size = size, .stream = stream, .live = true};
+    for (int i = 0; i < w->nblocks; i++) {
+        const struct block *o = &w->blocks[i];
+        if (nb.p < o->p + o->size && o->p < nb.p + nb.size)
+            die(o->live ? "a new block overlaps a live block"
+                        : "use-after-free: a new block overlaps a freed block the device still uses", NULL);
+    }
+    if (w->nblocks == MAX_BLOCKS) { /* no room to track it: give it back at once */
+        if (tide_free(w->t, p) != TIDE_OK)
+            die("tide_free of a fresh block failed", tide_last_error());
+        return;
+    }
+    nb.tag = ++w->next_tag ? w->next_tag : ++w->next_tag;
+    stamp(&nb);
+    w->blocks[w->nblocks++] = nb;
+}
+
+static void op_free(struct world *w)
+{
+    struct block *b = pick_live(w);
+    if (!b)
+        return;
+    if (!stamp_intact(b->p, b->size, b->tag))
+        die("a live block lost its pattern: another owner wrote it", NULL);
+    if (tide_free(w->t, b->p) != TIDE_OK)
+        die("tide_free of a live block failed", tide_last_error());
+    b->live = false;
+}
+
+/* A kernel on some stream uses a live block: through record_stream (CUDA's model) or a reference it
+ * releases when it completes (Metal's model). */
+static void op_kernel(struct world *w)
+{
+    struct block *b = pick_live(w);
+    unsigned how = byte(w);
+    if (!b || w->nkernels == MAX_KERNELS || b->nkernels == MAX_KERNELS)
+        return;
+    struct kernel *k = &w->kernels[w->nkernels];
+    k->open = false;
+    atomic_store(&k->done, false);
+    k->ptr = b->p;
+    k->size = b->size;
+    k->tag = b->tag;
+    k->release_from = (how & 4) ? w->t : NULL;
+    k->stream = w->streams[how % STREAMS];
+    /* Work on the block's own stream is ordered before the next owner's, so a stream use is only
+     * interesting on another stream; a reference holds the block wherever the kernel runs. */
+    if (!k->release_from && k->stream == b->stream)
+        k->stream = w->streams[(how + 1) % STREAMS];
+    tide_status s = k->release_from ? tide_retain(w->t, b->p) : tide_record_stream(w->t, b->p, k->stream);
+    if (s != TIDE_OK)
+        die("tide_retain or tide_record_stream of a live block failed", tide_last_error());
+    if (tide_sim_enqueue(sim, k->stream, 0, kernel_run, k) != TIDE_OK)
+        die("tide_sim_enqueue failed", tide_last_error());
+    b->kernels[b->nkernels++] = w->nkernels++;
+}
+
+/* The device gets past the oldest closed gate on a stream, and the stream finishes. */
+static void op_advance_stream(struct world *w)
+{
+    tide_stream s = w->streams[byte(w) % STREAMS];
+    for (int i = 0; i < w->nkernels; i++)
+        if (w->kernels[i].stream == s && !w->kernels[i].open) {
+            kernel_open(&w->kernels[i]);
+            break;
+        }
+    if (tide_sim_stream_synchronize(sim, s) != TIDE_OK)
+        die("tide_sim_stream_synchronize failed", tide_last_error());
+}
+
+static void open_all_gates(struct world *w)
+{
+    for (int i = 0; i < w->nkernels; i++)
+        kernel_open(&w->kernels[i]);
+}
+
+static void op_host_reference(struct world *w)
+{
+    unsigned what = byte(w);
+    if (what & 1) { /* retain a live block */
+        struct block *b = pick_live(w);
+        if (!b || b->host_refs > 3)
+            return;
+        if (tide_retain(w->t, b->p) != TIDE_OK)
+            die("tide_retain of a live block failed", tide_last_error());
+        b->host_refs++;
+        return;
+    }
+    /* release a reference the program holds, on a live or freed block */
+    for (int i = 0; i < w->nblocks; i++) {
+        struct block *b = &w->blocks[(i + (int)what) % w->nblocks];
+        if (b->host_refs > 0) {
+            if (!stamp_intact(b->p, b->size, b->tag))
+                die("use-after-free detected", "a referenced block lost its pattern");
+            if (tide_release(w->t, b->p) != TIDE_OK)
+                die("tide_release of a held reference failed", tide_last_error());
+            b->host_refs--;
+            return;
+        }
+    }
+}
+
+static void op_empty_cache(struct world *w)
+{
+    open_all_gates(w); /* the synchronize in empty_cache waits for every kernel */
+    tide_release_report r;
+    tide_status s = tide_empty_cache(w->t, &r);
+    if (s != TIDE_OK && s != TIDE_EDEVICE)
+        die("tide_empty_cache failed unexpectedly", tide_last_error());
+}
+
+static void op_trim(struct world *w)
+{
+    size_t target = (size_t)byte(w) * 4 * MIB;
+    tide_status s = tide_trim(w->t, target, NULL);
+    if (s != TIDE_OK && s != TIDE_EBUSY && s != TIDE_EDEVICE)
+        die("tide_trim failed unexpectedly", tide_last_error());
+}
+
+static void op_limit(struct world *w)
+{
+    unsigned a = byte(w), b = byte(w);
+    if (a & 1) {
+        double fraction = (double)b / 200.0; /* 0 .. 1.275: 0 and above 1 are invalid */
+        if (fraction <= 0.0 || fraction > 1.0) {
+            EXPECT_REJECTED(w, tide_set_limit_fraction(w->t, fraction), TIDE_EINVAL);
+        } else {
+            tide_status s = tide_set_limit_fraction(w->t, fraction);
+            if (s != TIDE_OK && s != TIDE_EDEVICE)
+                die("tide_set_limit_fraction failed unexpectedly", tide_last_error());
+        }
+    } else {
+        size_t bytes = (size_t)b * 8 * MIB;
+        tide_status s = tide_set_limit(w->t, bytes);
+        if (s != TIDE_OK && s != TIDE_EINVAL && s != TIDE_EDEVICE)
+            die("tide_set_limit failed unexpectedly", tide_last_error());
+    }
+}
+
+static void clear_faults(void)
+{
+    for (int op = 0; op < TIDE_SIM_OP_COUNT; op++)
+        tide_sim_inject_fault(sim, (tide_sim_op)op, 0, 0);
+}
+
+/* A config string from the input: either a valid allocator or TIDE_EINVAL, never anything else. */
+static void op_config(struct world *w)
+{
+    char conf[40];
+    size_t n = byte(w) % sizeof conf;
+    for (size_t i = 0; i < n; i++)
+        conf[i] = (char)byte(w);
+    conf[n] = '\0';
+    if (n == sizeof conf - 1)
+        conf[n - 1] = '\0';
+    clear_faults(); /* planned faults are for the allocator under test, not this one */
+    tide_allocator *t = NULL;
+    tide_status s = tide_create(&backend, conf, &t);
+    if (s == TIDE_EINVAL) {
+        if (t || !*tide_last_error())
+            die("a rejected config returned an allocator or no message", conf);
+        return;
+    }
+    if (s == TIDE_EDEVICE) /* an injected fault in the device's mem_info */
+        return;
+    if (s != TIDE_OK)
+        die("tide_create with a config string failed unexpectedly", tide_last_error());
+    tide_sim_counters before, after;
+    tide_sim_get_counters(sim, &before);
+    void *p;
+    if (tide_malloc(t, 4096, 0, &p) == TIDE_OK && tide_free(t, p) != TIDE_OK)
+        die("tide_free on a fuzzed-config allocator failed", tide_last_error());
+    s = tide_destroy(t);
+    tide_sim_get_counters(sim, &after);
+    bool device_failed = after.failures[TIDE_SIM_SYNCHRONIZE] != before.failures[TIDE_SIM_SYNCHRONIZE] ||
+                         after.failures[TIDE_SIM_RELEASE] != before.failures[TIDE_SIM_RELEASE];
+    if (s != TIDE_OK && !(s == TIDE_EDEVICE && device_failed))
+        die("tide_destroy of a fuzzed-config allocator failed", tide_last_error());
+    /* What the device holds is back where it was, unless it refused to take memory back. */
+    if (after.held_bytes != before.held_bytes && after.failures[TIDE_SIM_RELEASE] == before.failures[TIDE_SIM_RELEASE])
+        die("tide_destroy of a fuzzed-config allocator left memory on the device", NULL);
+}
+
+static void op_invalid(struct world *w)
+{
+    unsigned what = byte(w);
+    struct block *b = pick_live(w);
+    static uint8_t foreign[1024];
+    switch (what % 6) {
+    case 0:
+        EXPECT_REJECTED(w, tide_free(w->t, foreign + 512), TIDE_EINVAL);
+        break;
+    case 1:
+        if (b && b->size > 512)
+            EXPECT_REJECTED(w, tide_free(w->t, b->p + 512), TIDE_EINVAL);
+        break;
+    case 2: /* double free: a freed block whose address nothing live starts at */
+        for (int i = 0; i < w->nblocks; i++) {
+            const struct block *f = &w->blocks[i];
+            bool reused = false;
+            for (int j = 0; j < w->nblocks; j++)
+                reused |= w->blocks[j].live && w->blocks[j].p <= f->p && f->p < w->blocks[j].p + w->blocks[j].size;
+            if (!f->live && !reused) {
+                EXPECT_REJECTED(w, tide_free(w->t, f->p), TIDE_EINVAL);
+                EXPECT_REJECTED(w, tide_record_stream(w->t, f->p, w->streams[1]), TIDE_EINVAL);
+                EXPECT_REJECTED(w, tide_retain(w->t, f->p), TIDE_EINVAL);
+                break;
+            }
+        }
+        break;
+    case 3: /* a release with no reference held */
+        if (b && b->host_refs == 0 && !in_use_by_device(w, b) && b->nkernels == 0)
+            EXPECT_REJECTED(w, tide_release(w->t, b->p), TIDE_EINVAL);
+        break;
+    case 4:
+        EXPECT_REJECTED(w, tide_record_stream(w->t, foreign, 0), TIDE_EINVAL);
+        EXPECT_REJECTED(w, tide_retain(w->t, NULL), TIDE_EINVAL);
+        break;
+    default:
+        EXPECT_REJECTED(w, tide_malloc(w->t, 0, 0, &(void *){NULL}), TIDE_EINVAL);
+        break;
+    }
+}
+
+/* The device fails one of its next calls. */
+static void op_fault(struct world *w)
+{
+    unsigned op = byte(w), skip = byte(w);
+    tide_sim_op which = (tide_sim_op)(op % TIDE_SIM_OP_COUNT);
+    tide_sim_inject_fault(sim, which, skip % 4, 1 + (op >> 7));
+}
+
+static void op_stats(struct world *w)
+{
+    char buf[8192];
+    size_t len;
+    if (tide_stats_json(w->t, buf, sizeof buf, &len) != TIDE_OK || len == 0)
+        die("tide_stats_json failed", tide_last_error());
+    if (byte(w) & 1 && tide_reset_peak_stats(w->t) != TIDE_OK)
+        die("tide_reset_peak_stats failed", tide_last_error());
+}
+
+static const char *const configs[] = {
+    "",
+    "limit:256MiB",
+    "garbage_collection_threshold:0.5,limit:512MiB",
+    "max_split_size_mb:24",
+    "trim_on_growth:False",
+    "debug:1",
+};
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    unsetenv("TIDEPOOL_CONF");
+    tide_sim_options o = {sizeof o, DEVICE_BYTES, 0};
+    if (tide_sim_create(&o, &sim) != TIDE_OK)
+        die("tide_sim_create failed", tide_last_error());
+    backend = tide_sim_backend(sim);
+    sim_streams[0] = 0;
+    for (int i = 1; i < STREAMS; i++)
+        if (tide_sim_stream_create(sim, &sim_streams[i]) != TIDE_OK)
+            die("tide_sim_stream_create failed", tide_last_error());
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static struct world w;
+    memset(&w, 0, sizeof w);
+    w.in = data;
+    w.len = size;
+    memcpy(w.streams, sim_streams, sizeof w.streams);
+    for (int i = 0; i < MAX_KERNELS; i++) {
+        pthread_mutex_init(&w.kernels[i].m, NULL);
+        pthread_cond_init(&w.kernels[i].c, NULL);
+    }
+    const char *conf = configs[byte(&w) % (sizeof configs / sizeof *configs)];
+    if (tide_create(&backend, conf, &w.t) != TIDE_OK)
+        die("tide_create failed", tide_last_error());
+
+    while (w.pos < w.len) {
+        switch (byte(&w) % 13) {
+        case 0: case 1: case 2: op_malloc(&w); break;
+        case 3: case 4: op_free(&w); break;
+        case 5: op_kernel(&w); break;
+        case 6: op_advance_stream(&w); break;
+        case 7: op_host_reference(&w); break;
+        case 8: op_empty_cache(&w); break;
+        case 9: op_trim(&w); op_stats(&w); break;
+        case 10: op_limit(&w); break;
+        case 11: op_invalid(&w); op_config(&w); break;
+        default: op_fault(&w); break;
+        }
+        if (tide_check(w.t) != TIDE_OK)
+            die("tide_check failed", tide_last_error());
+    }
+
+    /* The end: the device finishes, the program lets go of everything, nothing is left anywhere. */
+    clear_faults();
+    open_all_gates(&w);
+    if (tide_sim_synchronize(sim) != TIDE_OK)
+        die("tide_sim_synchronize failed", tide_last_error());
+    for (int i = 0; i < w.nblocks; i++) {
+        struct block *b = &w.blocks[i];
+        if (b->live && tide_free(w.t, b->p) != TIDE_OK)
+            die("tide_free at the end failed", tide_last_error());
+        for (; b->host_refs > 0; b->host_refs--)
+            if (tide_release(w.t, b->p) != TIDE_OK)
+                die("tide_release at the end failed", tide_last_error());
+    }
+    tide_stats s = stats_now(w.t);
+    if (s.allocation[TIDE_POOL_ALL].current != 0)
+        die("allocations counted after every block was freed", NULL);
+    if (tide_destroy(w.t) != TIDE_OK)
+        die("tide_destroy did not end clean", tide_last_error());
+    tide_sim_counters c;
+    tide_sim_get_counters(sim, &c);
+    if (c.held_bytes != 0 || c.held_segments != 0 || c.live_fences != 0)
+        die("the device still holds memory or fences after tide_destroy", NULL);
+    for (int i = 0; i < MAX_KERNELS; i++) {
+        pthread_mutex_destroy(&w.kernels[i].m);
+        pthread_cond_destroy(&w.kernels[i].c);
+    }
+    return 0;
+}
