@@ -1,18 +1,22 @@
 # tidepool: the two commands a new user needs.
 #   make demo    build, then replay a real training trace through tidepool on the simulated device
 #   make check   build, then run the whole test suite
-# Other targets: make build, make check-sanitize (ASan+UBSan), make fuzz (libFuzzer, FUZZ_SECONDS),
-# make gpu-check, make clean. docs/reliability.md has the longer runs.
+# Other targets: make build, make check-sanitize (ASan+UBSan), make check-tsan (ThreadSanitizer),
+# make check-valgrind (memcheck), make fuzz (libFuzzer, FUZZ_SECONDS), make gpu-check, make clean.
+# docs/reliability.md has the longer runs.
 
 BUILD ?= build
 SANITIZE_BUILD ?= build-sanitize
 FUZZ_BUILD ?= build-fuzz
+TSAN_BUILD ?= build-tsan
+VALGRIND_BUILD ?= build-valgrind
+THREAD_OPS ?= 20000
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build demo check check-sanitize fuzz gpu-check deps clean
+.PHONY: all build demo check check-sanitize check-tsan check-valgrind fuzz gpu-check deps clean
 
 all: build
 
@@ -40,6 +44,21 @@ check-sanitize: deps
 	@cmake --build $(SANITIZE_BUILD) -j $(JOBS)
 	ctest --test-dir $(SANITIZE_BUILD) --output-on-failure -j $(JOBS)
 
+# The threaded tests under ThreadSanitizer; THREAD_OPS operations per thread in the stress test
+# (125000: a million allocations and a million frees over 8 threads).
+check-tsan: deps
+	@cmake -S . -B $(TSAN_BUILD) -DTIDE_WERROR=ON -DTIDE_TSAN=ON >/dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target test_threads test_random test_safety test_lifecycle
+	TIDE_THREAD_OPS=$(THREAD_OPS) TSAN_OPTIONS=halt_on_error=1 ctest --test-dir $(TSAN_BUILD) \
+	  --output-on-failure -R '^(test_threads|test_random|test_safety|test_lifecycle)$$'
+
+# Every CPU test inside valgrind memcheck: no errors, no leaks.
+check-valgrind: deps
+	@command -v valgrind >/dev/null || scripts/install-deps.sh valgrind
+	@cmake -S . -B $(VALGRIND_BUILD) -DTIDE_WERROR=ON -DTIDE_VALGRIND=ON >/dev/null
+	@cmake --build $(VALGRIND_BUILD) -j $(JOBS)
+	ctest --test-dir $(VALGRIND_BUILD) --output-on-failure -j $(JOBS) -LE gpu
+
 # The libFuzzer harness (fuzz/fuzz_api.c) with ASan and UBSan: first every input that once failed
 # (fuzz/regressions), then FUZZ_SECONDS of fuzzing from the committed corpus. New inputs go to
 # $(FUZZ_BUILD)/corpus; a failing one is written to $(FUZZ_BUILD)/crash-*.
@@ -55,4 +74,4 @@ fuzz:
 	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus fuzz/corpus
 
 clean:
-	rm -rf $(BUILD) $(SANITIZE_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(SANITIZE_BUILD) $(FUZZ_BUILD) $(TSAN_BUILD) $(VALGRIND_BUILD)

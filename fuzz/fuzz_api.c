@@ -40,6 +40,9 @@
 #define GATE_TIMEOUT_MS 20        /* a gate the input never opens lets its kernel through after this,
                                      so a synchronize inside tidepool (the out-of-memory ladder) ends */
 
+static bool verbose; /* FUZZ_VERBOSE=1: print each operation, to follow a failing input */
+#define SAY(...) (verbose ? (void)fprintf(stderr, __VA_ARGS__) : (void)0)
+
 static void die(const char *what, const char *detail)
 {
     fprintf(stderr, "fuzz_api: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
@@ -82,6 +85,8 @@ static void kernel_run(void *arg)
         if (pthread_cond_timedwait(&k->c, &k->m, &until) == ETIMEDOUT)
             break;
     pthread_mutex_unlock(&k->m);
+    SAY("  (device) a kernel on stream %lu reads %p%s\n", (unsigned long)k->stream, (const void *)k->ptr,
+        k->open ? "" : " after its gate timed out");
     /* The kernel reads its block: a new owner's pattern here is a use after free. */
     if (!stamp_intact(k->ptr, k->size, k->tag))
         die("use-after-free detected", "a kernel found another owner's data in the block it uses");
@@ -215,6 +220,7 @@ static void op_malloc(struct world *w)
     retire_blocks(w);
     void *p = NULL;
     tide_status s = tide_malloc(w->t, size, stream, &p);
+    SAY("malloc %zu on stream %lu -> %p %s\n", size, (unsigned long)stream, p, tide_status_name(s));
     if (size == 0) {
         if (s != TIDE_EINVAL)
             die("tide_malloc of 0 bytes did not fail with TIDE_EINVAL", tide_last_error());
@@ -235,6 +241,10 @@ static void op_malloc(struct world *w)
     if ((uintptr_t)p % 512)
         die("tide_malloc returned a block not aligned to 512 bytes", NULL);
     struct block nb = {.p = p, .size = size, .stream = stream, .live = true};
+    /* The malloc may have waited for the device (the out-of-memory ladder synchronizes), so whether a
+     * freed block is still in use is asked again now. A kernel marks itself done before its fence can
+     * signal or its reference go, so a block reused before that is a use after free. */
+    retire_blocks(w);
     for (int i = 0; i < w->nblocks; i++) {
         const struct block *o = &w->blocks[i];
         if (nb.p < o->p + o->size && o->p < nb.p + nb.size)
@@ -258,6 +268,7 @@ static void op_free(struct world *w)
         return;
     if (!stamp_intact(b->p, b->size, b->tag))
         die("a live block lost its pattern: another owner wrote it", NULL);
+    SAY("free %p\n", (void *)b->p);
     if (tide_free(w->t, b->p) != TIDE_OK)
         die("tide_free of a live block failed", tide_last_error());
     b->live = false;
@@ -286,6 +297,8 @@ static void op_kernel(struct world *w)
     tide_status s = k->release_from ? tide_retain(w->t, b->p) : tide_record_stream(w->t, b->p, k->stream);
     if (s != TIDE_OK)
         die("tide_retain or tide_record_stream of a live block failed", tide_last_error());
+    SAY("kernel %d on stream %lu uses %p by %s\n", w->nkernels, (unsigned long)k->stream, (void *)b->p,
+        k->release_from ? "a reference" : "record_stream");
     if (tide_sim_enqueue(sim, k->stream, 0, kernel_run, k) != TIDE_OK)
         die("tide_sim_enqueue failed", tide_last_error());
     b->kernels[b->nkernels++] = w->nkernels++;
@@ -297,6 +310,7 @@ static void op_advance_stream(struct world *w)
     tide_stream s = w->streams[byte(w) % STREAMS];
     for (int i = 0; i < w->nkernels; i++)
         if (w->kernels[i].stream == s && !w->kernels[i].open) {
+            SAY("kernel %d runs\n", i);
             kernel_open(&w->kernels[i]);
             break;
         }
@@ -317,6 +331,7 @@ static void op_host_reference(struct world *w)
         struct block *b = pick_live(w);
         if (!b || b->host_refs > 3)
             return;
+        SAY("retain %p\n", (void *)b->p);
         if (tide_retain(w->t, b->p) != TIDE_OK)
             die("tide_retain of a live block failed", tide_last_error());
         b->host_refs++;
@@ -328,6 +343,7 @@ static void op_host_reference(struct world *w)
         if (b->host_refs > 0) {
             if (!stamp_intact(b->p, b->size, b->tag))
                 die("use-after-free detected", "a referenced block lost its pattern");
+            SAY("release %p\n", (void *)b->p);
             if (tide_release(w->t, b->p) != TIDE_OK)
                 die("tide_release of a held reference failed", tide_last_error());
             b->host_refs--;
@@ -341,6 +357,7 @@ static void op_empty_cache(struct world *w)
     open_all_gates(w); /* the synchronize in empty_cache waits for every kernel */
     tide_release_report r;
     tide_status s = tide_empty_cache(w->t, &r);
+    SAY("empty_cache -> %s\n", tide_status_name(s));
     if (s != TIDE_OK && s != TIDE_EDEVICE)
         die("tide_empty_cache failed unexpectedly", tide_last_error());
 }
@@ -349,6 +366,7 @@ static void op_trim(struct world *w)
 {
     size_t target = (size_t)byte(w) * 4 * MIB;
     tide_status s = tide_trim(w->t, target, NULL);
+    SAY("trim to %zu -> %s\n", target, tide_status_name(s));
     if (s != TIDE_OK && s != TIDE_EBUSY && s != TIDE_EDEVICE)
         die("tide_trim failed unexpectedly", tide_last_error());
 }
@@ -368,6 +386,7 @@ static void op_limit(struct world *w)
     } else {
         size_t bytes = (size_t)b * 8 * MIB;
         tide_status s = tide_set_limit(w->t, bytes);
+        SAY("set_limit %zu -> %s\n", bytes, tide_status_name(s));
         if (s != TIDE_OK && s != TIDE_EINVAL && s != TIDE_EDEVICE)
             die("tide_set_limit failed unexpectedly", tide_last_error());
     }
@@ -464,6 +483,7 @@ static void op_fault(struct world *w)
     unsigned op = byte(w), skip = byte(w);
     tide_sim_op which = (tide_sim_op)(op % TIDE_SIM_OP_COUNT);
     tide_sim_inject_fault(sim, which, skip % 4, 1 + (op >> 7));
+    SAY("fault: %s fails after %u more calls, %u time(s)\n", tide_sim_op_name(which), skip % 4, 1 + (op >> 7));
 }
 
 static void op_stats(struct world *w)
@@ -493,6 +513,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     unsetenv("TIDEPOOL_CONF");
+    verbose = getenv("FUZZ_VERBOSE") && *getenv("FUZZ_VERBOSE") == '1';
     tide_sim_options o = {sizeof o, DEVICE_BYTES, 0};
     if (tide_sim_create(&o, &sim) != TIDE_OK)
         die("tide_sim_create failed", tide_last_error());

@@ -2,9 +2,11 @@
  * Several threads at once: each allocates on its own stream and on a shared one, frees blocks other
  * threads allocated, records stream uses, and hands blocks to simulated kernels whose completions
  * release them from the device's own threads. A byte pattern in each block must survive until it is
- * freed, tide_check runs from a checker thread throughout, and at the end everything goes back.
+ * freed. A checker thread runs tide_check throughout and now and then tide_trim and tide_empty_cache
+ * under the workers' feet; at the end everything goes back.
  *
- * TIDE_THREAD_OPS in the environment makes it longer.
+ * TIDE_THREAD_OPS (operations per thread, default 20000) makes it longer: 125000 is a million
+ * allocations and a million frees, the stress run of docs/reliability.md (built with ThreadSanitizer).
  */
 #include "harness.h"
 
@@ -132,17 +134,27 @@ static void *worker_run(void *arg)
     return NULL;
 }
 
+/* Checks every invariant while the workers run, and now and then gives memory back under them. */
 static void *checker_run(void *arg)
 {
     struct shared *sh = arg;
-    while (!atomic_load(&sh->done)) {
+    for (unsigned long round = 1; !atomic_load(&sh->done); round++) {
         if (tide_check(sh->f.t) != TIDE_OK) {
             fprintf(stderr, "tide_check during the run: %s\n", tide_last_error());
             atomic_fetch_add(&sh->errors, 1);
         }
-        tide_stats s;
-        s.struct_size = sizeof s;
-        tide_get_stats(sh->f.t, &s);
+        tide_status s = TIDE_OK;
+        if (round % 50 == 0)
+            s = tide_empty_cache(sh->f.t, NULL);
+        else if (round % 10 == 0)
+            s = tide_trim(sh->f.t, 64 * MIB, NULL);
+        if (s != TIDE_OK && s != TIDE_EBUSY) {
+            fprintf(stderr, "empty_cache or trim during the run: %s\n", tide_last_error());
+            atomic_fetch_add(&sh->errors, 1);
+        }
+        tide_stats stats;
+        stats.struct_size = sizeof stats;
+        tide_get_stats(sh->f.t, &stats);
         struct timespec ts = {0, 2000000};
         nanosleep(&ts, NULL);
     }

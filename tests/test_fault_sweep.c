@@ -1,0 +1,415 @@
+/*
+ * Fault injection in the style SQLite made famous: for each shipped trace, make the Nth call of one
+ * backend function fail, for every N from 1 to the number of calls the replay makes, and check that
+ * tidepool survives each:
+ *   - the call of tidepool's API during which the fault happened returns what the manual promises
+ *     (a failed reservation is retried by the out-of-memory ladder, or reported as TIDE_ENOMEM when the
+ *     device keeps refusing; fence failures are absorbed by an owed synchronize; a failed synchronize or
+ *     release makes tide_empty_cache return TIDE_EDEVICE);
+ *   - tide_check passes, and the device holds exactly the bytes the statistics say are reserved;
+ *   - the replay goes on after the fault, and at its end everything is freed and returned: the device
+ *     holds no byte and no fence.
+ *
+ * The device is scripted so that every run makes the same calls in the same order: memory comes from the
+ * simulated device, but fences are kept here, and one signals a fixed number of trace operations after
+ * it was recorded (a synchronize signals them all). One allocation in USE_EVERY is also used by a second
+ * stream (tide_record_stream), so frees record fences and blocks go PENDING.
+ *
+ * Environment: TIDE_SWEEP_STRIDE=k tries every kth N (default: a stride that tries about
+ * FAULTS_PER_MODE values of N for each kind of fault; 1 tries every N, the full sweep), TIDE_SWEEP_WINDOW=n replays
+ * n operations after the fault before ending the run (default 2000; 0: to the end of the trace),
+ * TIDE_SWEEP_TRACES=a,b limits the traces (names without .csv.gz).
+ */
+#include "harness.h"
+#include "trace.h"
+
+#include <stdbool.h>
+
+#define USE_EVERY 8          /* one allocation in 8 is also used by the second stream */
+#define FENCE_LAG 6          /* a fence signals this many trace operations after it was recorded */
+#define EMPTY_CACHE_EVERY 5000
+#define SECOND_STREAM ((tide_stream)7)
+#define NEAR_CALLS 512       /* no API call makes more device calls of one kind than this here */
+#define FAULTS_PER_MODE 100  /* by default, each kind of fault is tried at this many N, evenly spread */
+
+enum op { OP_RESERVE, OP_RELEASE, OP_FENCE_CREATE, OP_FENCE_RECORD, OP_FENCE_QUERY, OP_SYNCHRONIZE, OP_COUNT };
+static const char *const op_names[OP_COUNT] = {"reserve", "release", "fence_create", "fence_record",
+                                               "fence_query", "synchronize"};
+
+/* ---- the scripted device ------------------------------------------------------------------------------ */
+
+struct fence {
+    uint64_t recorded_at; /* UINT64_MAX: never recorded */
+};
+
+struct scripted {
+    tide_sim *sim;
+    tide_backend memory;  /* the simulated device, for reserve and release */
+    uint64_t clock;       /* trace operations so far */
+    uint64_t synced_at;   /* fences recorded at or before this have signalled */
+    uint64_t calls[OP_COUNT];
+    uint64_t live_fences;
+    /* the fault plan: the fail_at-th call of fail_op fails, and if persistent every one after it */
+    int fail_op;
+    uint64_t fail_at;
+    bool persistent;
+    tide_status fail_status;
+    uint64_t failures;
+};
+
+static tide_status maybe_fail(struct scripted *d, enum op op)
+{
+    uint64_t n = ++d->calls[op];
+    if ((int)op == d->fail_op && (n == d->fail_at || (d->persistent && n > d->fail_at))) {
+        d->failures++;
+        tide_backend_error("scripted fault in %s (call %llu)", op_names[op], (unsigned long long)n);
+        return d->fail_status;
+    }
+    return TIDE_OK;
+}
+
+static tide_status sd_reserve(void *ctx, size_t size, uintptr_t *out)
+{
+    struct scripted *d = ctx;
+    tide_status s = maybe_fail(d, OP_RESERVE);
+    return s != TIDE_OK ? s : d->memory.reserve(d->memory.ctx, size, out);
+}
+
+static tide_status sd_release(void *ctx, uintptr_t addr, size_t size)
+{
+    struct scripted *d = ctx;
+    tide_status s = maybe_fail(d, OP_RELEASE);
+    return s != TIDE_OK ? s : d->memory.release(d->memory.ctx, addr, size);
+}
+
+static tide_status sd_fence_create(void *ctx, void **out)
+{
+    struct scripted *d = ctx;
+    tide_status s = maybe_fail(d, OP_FENCE_CREATE);
+    if (s != TIDE_OK)
+        return s;
+    struct fence *f = malloc(sizeof *f);
+    if (!f)
+        return TIDE_EHOSTMEM;
+    f->recorded_at = UINT64_MAX;
+    d->live_fences++;
+    *out = f;
+    return TIDE_OK;
+}
+
+static tide_status sd_fence_record(void *ctx, void *fence, tide_stream stream)
+{
+    (void)stream;
+    struct scripted *d = ctx;
+    tide_status s = maybe_fail(d, OP_FENCE_RECORD);
+    if (s == TIDE_OK)
+        ((struct fence *)fence)->recorded_at = d->clock;
+    return s;
+}
+
+static tide_status sd_fence_query(void *ctx, void *fence)
+{
+    struct scripted *d = ctx;
+    tide_status s = maybe_fail(d, OP_FENCE_QUERY);
+    if (s != TIDE_OK)
+        return s;
+    const struct fence *f = fence;
+    bool signalled = f->recorded_at + FENCE_LAG <= d->clock ||
+                     (d->synced_at != UINT64_MAX && f->recorded_at <= d->synced_at);
+    return signalled ? TIDE_OK : TIDE_ENOTREADY;
+}
+
+static void sd_fence_destroy(void *ctx, void *fence)
+{
+    struct scripted *d = ctx;
+    d->live_fences--;
+    free(fence);
+}
+
+static tide_status sd_synchronize(void *ctx)
+{
+    struct scripted *d = ctx;
+    tide_status s = maybe_fail(d, OP_SYNCHRONIZE);
+    if (s == TIDE_OK)
+        d->synced_at = d->clock;
+    return s;
+}
+
+static tide_status sd_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+    struct scripted *d = ctx;
+    return d->memory.mem_info(d->memory.ctx, free_bytes, total_bytes);
+}
+
+static tide_backend scripted_backend(struct scripted *d)
+{
+    tide_backend be = {sizeof be, "scripted", d, sd_reserve, sd_release, sd_fence_create, sd_fence_record,
+                       sd_fence_query, NULL, sd_fence_destroy, sd_synchronize, sd_mem_info, NULL};
+    return be;
+}
+
+/* ---- one replay with one fault ----------------------------------------------------------------------- */
+
+struct run {
+    const struct trace *trace;
+    const char *name;
+    int fail_op;          /* -1: none */
+    uint64_t fail_at;
+    bool persistent;
+    tide_status fail_status; /* what the failing call returns */
+    uint64_t window;      /* operations replayed after the fault (0: to the end) */
+    uint64_t calls[OP_COUNT]; /* out: calls the run made */
+    bool faulted;         /* out: the fault happened */
+};
+
+static int run_failed(struct run *r, const char *api, const char *what)
+{
+    fprintf(stderr, "%s, %s call %llu%s, during %s: %s (last error: %s)\n", r->name,
+            r->fail_op >= 0 ? op_names[r->fail_op] : "no fault", (unsigned long long)r->fail_at,
+            r->persistent ? " and after" : "", api, what, tide_last_error());
+    harness_failures++;
+    return -1;
+}
+
+/* What the device holds is what tidepool says it reserved, and every invariant holds. */
+static int check_accounts(struct run *r, struct scripted *d, tide_allocator *t, const char *api)
+{
+    if (tide_check(t) != TIDE_OK)
+        return run_failed(r, api, "tide_check failed");
+    tide_sim_counters c;
+    tide_sim_get_counters(d->sim, &c);
+    if ((int64_t)c.held_bytes != reserved_of(t))
+        return run_failed(r, api, "the device holds a different amount than tidepool reserved");
+    return 0;
+}
+
+/* The API call during which the fault happened returned what the manual promises. */
+static int check_fault_answer(struct run *r, const char *api, tide_status s, const tide_stats *before,
+                              const tide_stats *after)
+{
+    bool words = strstr(tide_last_error(), "scripted fault") != NULL;
+    bool malloc_call = !strcmp(api, "tide_malloc"), empty_cache_call = !strcmp(api, "tide_empty_cache");
+    switch (r->fail_op) {
+    case OP_RESERVE:
+        if (r->fail_status == TIDE_EDEVICE) /* not a shortage: no ladder, the device's words */
+            return s == TIDE_EDEVICE && words ? 0 : run_failed(r, api, "expected TIDE_EDEVICE");
+        if (r->persistent) /* refused with the report, or served from memory the ladder freed up */
+            return (s == TIDE_ENOMEM && strstr(tide_last_error(), "out of memory")) ||
+                   (s == TIDE_OK && after->reserved_bytes[TIDE_POOL_ALL].current <=
+                                    before->reserved_bytes[TIDE_POOL_ALL].current)
+                       ? 0 : run_failed(r, api, "expected TIDE_ENOMEM with the report");
+        /* served: by a smaller segment (a large request may do with one of its own size), or by the
+         * ladder's retry */
+        return s == TIDE_OK && after->num_alloc_retries <= before->num_alloc_retries + 1
+                   ? 0 : run_failed(r, api, "expected the request to be served after a retry");
+    case OP_FENCE_CREATE: case OP_FENCE_RECORD: case OP_FENCE_QUERY:
+        /* absorbed: the block waits for a synchronize instead */
+        return s == TIDE_OK && after->num_fence_errors == before->num_fence_errors + 1
+                   ? 0 : run_failed(r, api, "expected the fence error to be absorbed and counted");
+    case OP_RELEASE: case OP_SYNCHRONIZE:
+        if (empty_cache_call)
+            return s == TIDE_EDEVICE && words ? 0 : run_failed(r, api, "expected TIDE_EDEVICE with the "
+                                                               "device's words");
+        if (malloc_call) /* while making room: the request is still served */
+            return s == TIDE_OK ? 0 : run_failed(r, api, "expected the request to be served");
+        break;
+    }
+    return run_failed(r, api, "this call should not have used the device");
+}
+
+/* A replay in progress. */
+struct replay {
+    struct run *r;
+    struct scripted d;
+    tide_allocator *t;
+    void **ptrs;           /* by allocation id */
+    uint64_t faulted_at;   /* the trace operation during which the fault happened */
+    int result;            /* 0, or -1 once a check failed */
+};
+
+enum step_kind { STEP_EMPTY_CACHE, STEP_MALLOC, STEP_FREE };
+
+/* One call of tidepool's API, checked: outside the fault it must succeed; during it, it must answer
+ * as the manual says, and leave the allocator valid and its accounts equal to the device's. */
+static void step(struct replay *p, enum step_kind kind, uint32_t id, uint64_t size, uint64_t at)
+{
+    if (p->result)
+        return;
+    struct run *r = p->r;
+    uint64_t failures = p->d.failures;
+    /* The statistics before the step, for judging the fault's answer: read only when the fault is
+     * near, since reading them on every step would cost most of the sweep's time. */
+    bool near = !r->faulted && r->fail_op >= 0 && p->d.calls[r->fail_op] + NEAR_CALLS >= r->fail_at;
+    tide_stats before;
+    if (near)
+        before = stats_of(p->t);
+    const char *api;
+    tide_status s;
+    if (kind == STEP_EMPTY_CACHE) {
+        api = "tide_empty_cache";
+        s = tide_empty_cache(p->t, NULL);
+    } else if (kind == STEP_MALLOC) {
+        api = "tide_malloc";
+        s = tide_malloc(p->t, size, 0, &p->ptrs[id]);
+        if (s == TIDE_OK && id % USE_EVERY == 0)
+            s = tide_record_stream(p->t, p->ptrs[id], SECOND_STREAM);
+    } else {
+        api = "tide_free";
+        s = tide_free(p->t, p->ptrs[id]);
+        p->ptrs[id] = NULL;
+    }
+    if (p->d.failures == failures || r->faulted) {
+        if (s != TIDE_OK)
+            p->result = run_failed(r, api, "failed outside the fault");
+        return;
+    }
+    r->faulted = true;
+    p->faulted_at = at;
+    if (!near) {
+        p->result = run_failed(r, api, "one call made more than NEAR_CALLS calls of the device: raise it");
+        return;
+    }
+    tide_stats after = stats_of(p->t);
+    p->result = check_fault_answer(r, api, s, &before, &after);
+    if (p->result == 0)
+        p->result = check_accounts(r, &p->d, p->t, api);
+    p->d.fail_op = -1; /* the device recovers, and the program tries again */
+    if (p->result == 0 && s != TIDE_OK)
+        step(p, kind, id, size, at);
+}
+
+static int replay_with_fault(struct run *r, tide_sim *sim)
+{
+    struct replay p = {r, {0}, NULL, NULL, 0, 0};
+    p.d.sim = sim;
+    p.d.memory = tide_sim_backend(sim);
+    p.d.synced_at = UINT64_MAX;
+    p.d.fail_op = r->fail_op;
+    p.d.fail_at = r->fail_at;
+    p.d.persistent = r->persistent;
+    p.d.fail_status = r->fail_status;
+    tide_backend be = scripted_backend(&p.d);
+    if (tide_create(&be, "", &p.t) != TIDE_OK)
+        return run_failed(r, "tide_create", "failed");
+
+    const struct trace *tr = r->trace;
+    p.ptrs = calloc(tr->nallocs, sizeof *p.ptrs);
+    for (size_t i = 0; i < tr->nops && !p.result; i++, p.d.clock++) {
+        if (r->window && r->faulted && i > p.faulted_at + r->window)
+            break;
+        const struct trace_op *op = &tr->ops[i];
+        if (i && i % EMPTY_CACHE_EVERY == 0)
+            step(&p, STEP_EMPTY_CACHE, 0, 0, i);
+        step(&p, op->kind == TRACE_ALLOC ? STEP_MALLOC : STEP_FREE, op->id, op->size, i);
+    }
+    /* The end, under the same checks: free what is live, give everything back. */
+    for (uint32_t id = 0; id < tr->nallocs; id++)
+        if (p.ptrs[id])
+            step(&p, STEP_FREE, id, 0, tr->nops);
+    step(&p, STEP_EMPTY_CACHE, 0, 0, tr->nops);
+    memcpy(r->calls, p.d.calls, sizeof r->calls); /* what tide_destroy does is not swept */
+    p.d.fail_op = -1;
+    free(p.ptrs);
+    tide_stats s = stats_of(p.t);
+    if (!p.result && (s.reserved_bytes[TIDE_POOL_ALL].current || s.pending_free_blocks[TIDE_POOL_ALL].current))
+        p.result = run_failed(r, "tide_empty_cache", "memory left reserved or pending at the end");
+    if (!p.result)
+        p.result = check_accounts(r, &p.d, p.t, "the end");
+    if (tide_destroy(p.t) != TIDE_OK && !p.result)
+        p.result = run_failed(r, "tide_destroy", "did not end clean");
+    if (p.d.live_fences != 0 && !p.result)
+        p.result = run_failed(r, "tide_destroy", "fences left on the device");
+    return p.result;
+}
+
+/* ---- the sweep --------------------------------------------------------------------------------------- */
+
+static unsigned long env_number(const char *name, unsigned long fallback)
+{
+    const char *v = getenv(name);
+    return v && *v ? strtoul(v, NULL, 10) : fallback;
+}
+
+/* The faults tried: the Nth call fails once, or every call from the Nth on until the API call it
+ * happened in returns; a reservation fails as the device being out of memory or as a device error. */
+struct mode {
+    enum op op;
+    bool persistent;
+    tide_status status;
+};
+static const struct mode modes[] = {
+    {OP_RESERVE, false, TIDE_ENOMEM},       {OP_RESERVE, true, TIDE_ENOMEM},
+    {OP_RESERVE, false, TIDE_EDEVICE},      {OP_RELEASE, false, TIDE_EDEVICE},
+    {OP_FENCE_CREATE, false, TIDE_EDEVICE}, {OP_FENCE_RECORD, false, TIDE_EDEVICE},
+    {OP_FENCE_QUERY, false, TIDE_EDEVICE},  {OP_SYNCHRONIZE, false, TIDE_EDEVICE},
+    {OP_SYNCHRONIZE, true, TIDE_EDEVICE},
+};
+static unsigned long total_runs, total_survived;
+
+static void sweep_trace(const char *name, tide_sim *sim)
+{
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/%s.csv.gz", TIDE_TRACES_DIR, name);
+    struct trace tr;
+    if (trace_load(path, &tr, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        harness_failures++;
+        return;
+    }
+    unsigned long stride_asked = env_number("TIDE_SWEEP_STRIDE", 0);
+    uint64_t window = env_number("TIDE_SWEEP_WINDOW", 2000);
+    struct run clean = {&tr, name, -1, 0, false, TIDE_OK, 0, {0}, false};
+    if (replay_with_fault(&clean, sim) != 0) {
+        trace_free(&tr);
+        return;
+    }
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+        const struct mode *mode = &modes[m];
+        unsigned long runs = 0, survived = 0;
+        int failed_before = harness_failures;
+        uint64_t stride = stride_asked ? stride_asked : (clean.calls[mode->op] + FAULTS_PER_MODE - 1) / FAULTS_PER_MODE;
+        if (stride == 0)
+            stride = 1;
+        for (uint64_t n = 1; n <= clean.calls[mode->op]; n += stride) {
+            struct run r = {&tr, name, mode->op, n, mode->persistent, mode->status, window, {0}, false};
+            int failures = harness_failures;
+            replay_with_fault(&r, sim);
+            runs++;
+            if (!r.faulted) {
+                fprintf(stderr, "%s: %s call %llu never happened: the replay is not repeatable\n",
+                        name, op_names[mode->op], (unsigned long long)n);
+                harness_failures++;
+            }
+            survived += harness_failures == failures;
+            if (harness_failures > failed_before + 5)
+                break; /* enough to go on */
+        }
+        fprintf(stderr, "%-17s %-12s %-10s %-11s %6llu calls, %6lu faults injected, %6lu survived\n",
+                name, op_names[mode->op], mode->persistent ? "persistent" : "once",
+                tide_status_name(mode->status), (unsigned long long)clean.calls[mode->op], runs, survived);
+        total_runs += runs;
+        total_survived += survived;
+    }
+    trace_free(&tr);
+}
+
+static void test_fault_sweep(void)
+{
+    tide_sim *sim;
+    tide_sim_options o = {sizeof o, 0, 0};
+    if (tide_sim_create(&o, &sim) != TIDE_OK)
+        exit(2);
+    const char *only = getenv("TIDE_SWEEP_TRACES");
+    const char *traces[] = {"lstm_loop", "seed_transformer", "gpt2_varlen"};
+    for (size_t i = 0; i < sizeof traces / sizeof *traces; i++)
+        if (!only || strstr(only, traces[i]))
+            sweep_trace(traces[i], sim);
+    tide_sim_destroy(sim);
+    fprintf(stderr, "%lu faults injected, %lu survived\n", total_runs, total_survived);
+}
+
+int main(void)
+{
+    RUN(test_fault_sweep);
+    return HARNESS_EXIT();
+}
