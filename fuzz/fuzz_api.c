@@ -503,6 +503,8 @@ static const char *const configs[] = {
     "max_split_size_mb:24",
     "trim_on_growth:False",
     "debug:1",
+    "guard:True", /* canaries around blocks (scrub is left out: the harness writes blocks from the host
+                     at once, where a scrub still queued on the stream would overwrite them) */
 };
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

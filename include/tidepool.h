@@ -74,6 +74,17 @@
  *                                     or releases segments. 2: run tide_check after every call. A failed
  *                                     check prints the problem to stderr and aborts.
  *     expandable_segments:B           False only, for now (True is reserved for segments that grow).
+ *     scrub:B                         True: zero every block before it is handed out, on its stream
+ *                                     and without waiting (the backend's fill), so no owner reads the
+ *                                     last owner's data. For devices shared between tenants. Default
+ *                                     False.
+ *     guard:B                         True: surround every block with 512 bytes of canary before it
+ *                                     and at least 512 after it (from the end of the requested size),
+ *                                     checked at tide_free, which waits for the block's stream to do
+ *                                     so (on the device: the backend's verify). A broken canary makes
+ *                                     tide_free return TIDE_ECORRUPT saying where (the block is freed
+ *                                     all the same). For finding out-of-bounds writes; slow. Default
+ *                                     False.
  *
  * THREADS
  *   Any thread may call any function at any time, except that tide_destroy must not race with other calls
@@ -184,6 +195,14 @@ typedef struct tide_backend {
      * takes them over and tide_destroy calls close last. Before that, tide_backend_close gives them
      * back. */
     void (*close)(void *ctx);
+
+    /* Optional; the config keys scrub and guard need them. fill sets size bytes at addr to value, in
+     * order with the work on stream, without waiting for it. verify waits for the work on stream, then
+     * checks that size bytes at addr all equal value: TIDE_OK if so, else TIDE_ECORRUPT with
+     * *first_bad set to the offset of the first byte that differs. */
+    tide_status (*fill)(void *ctx, uintptr_t addr, size_t size, uint8_t value, tide_stream stream);
+    tide_status (*verify)(void *ctx, uintptr_t addr, size_t size, uint8_t value, tide_stream stream,
+                          size_t *first_bad);
 } tide_backend;
 
 /* Gives back what a backend owns (its close function), if tide_create has not taken it over. */
@@ -221,7 +240,8 @@ TIDE_API tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream str
 
 /* Frees a block tide_malloc returned. If other streams used it (tide_record_stream) or references are
  * held (tide_retain), it becomes PENDING until those uses are done; otherwise it is FREE at once and
- * may be handed out again on its own stream. NULL is allowed and does nothing. */
+ * may be handed out again on its own stream. NULL is allowed and does nothing. With the guard config
+ * key on, returns TIDE_ECORRUPT if something wrote outside the block (the block is freed anyway). */
 TIDE_API tide_status tide_free(tide_allocator *t, void *ptr);
 
 /* Says that stream uses the ACTIVE block at ptr (PyTorch's tensor.record_stream). At tide_free a fence
@@ -393,6 +413,8 @@ typedef enum tide_sim_op {
     TIDE_SIM_FENCE_QUERY,
     TIDE_SIM_SYNCHRONIZE,
     TIDE_SIM_MEM_INFO,
+    TIDE_SIM_FILL,
+    TIDE_SIM_VERIFY,
     TIDE_SIM_OP_COUNT
 } tide_sim_op;
 TIDE_API void tide_sim_inject_fault(tide_sim *sim, tide_sim_op op, uint32_t skip, uint32_t count);

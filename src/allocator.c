@@ -167,6 +167,16 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
         (s = config_parse(&conf, config, "tide_create config")) != TIDE_OK)
         return s;
 
+    bool has_fill = backend->struct_size > offsetof(tide_backend, fill) && backend->fill;
+    bool has_verify = backend->struct_size > offsetof(tide_backend, verify) && backend->verify;
+    if ((conf.scrub || conf.guard) && !has_fill)
+        return tide__fail(TIDE_EUNSUPPORTED, "tide_create: %s needs a backend with a fill function, and "
+                          "the %s backend has none", conf.scrub ? "scrub:True" : "guard:True",
+                          backend->name ? backend->name : "(unnamed)");
+    if (conf.guard && !has_verify)
+        return tide__fail(TIDE_EUNSUPPORTED, "tide_create: guard:True needs a backend with a verify "
+                          "function, and the %s backend has none", backend->name ? backend->name : "(unnamed)");
+
     size_t dev_free = 0, dev_total = 0;
     tide__clear_backend_message();
     s = backend->mem_info(backend->ctx, &dev_free, &dev_total);
@@ -185,6 +195,7 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
         t->backend.name = "(unnamed)";
     t->conf = conf;
     t->device_total = dev_total;
+    t->guard = conf.guard ? TIDE_GUARD_BYTES : 0;
     t->limit = limit_from_config(&conf, dev_total);
     t->gc_threshold = conf.gc_threshold > 0 ? (size_t)((double)t->limit * conf.gc_threshold) : 0;
     t->id = atomic_fetch_add(&next_allocator_id, 1);
@@ -277,10 +288,11 @@ static const char *diagnose(struct heap *h, uintptr_t addr, const char *verb, ch
 
 /* Finds the ACTIVE or PENDING block at addr and returns with its heap locked, or fails with a message
  * and no lock held. */
-static tide_status locate(tide_allocator *t, uintptr_t addr, const char *verb, struct heap **oh,
+static tide_status locate(tide_allocator *t, uintptr_t user, const char *verb, struct heap **oh,
                           struct block **ob)
 {
     char msg[512];
+    uintptr_t addr = user - t->guard; /* the block starts before the user's pointer under guard */
     /* The segment map answers without a lock, so a segment released meanwhile can mislead it once;
      * the answer is confirmed under the heap's lock, and looked up again if it was stale. */
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -303,7 +315,60 @@ static tide_status locate(tide_allocator *t, uintptr_t addr, const char *verb, s
             return tide__fail(TIDE_EINVAL, "%s", why);
     }
     return tide__fail(TIDE_EINVAL, "%s of 0x%" PRIxPTR ", which tidepool did not allocate (or whose "
-                      "memory was freed and already returned to the device)", verb, addr);
+                      "memory was freed and already returned to the device)", verb, user);
+}
+
+/* ---- scrub and guard -------------------------------------------------------------------------------- */
+
+/* What the device does to a block before its new owner gets it, in order on the block's stream:
+ * zeroes it (scrub), then writes the canaries before and after the requested bytes (guard). If the
+ * device fails, the block goes back to the cache and the allocation fails. */
+static tide_status prepare_block(tide_allocator *t, struct heap *h, struct block *b)
+{
+    const tide_backend *be = &t->backend;
+    uintptr_t user = b->addr + t->guard, end = b->addr + b->size;
+    tide_status s = TIDE_OK;
+    tide__clear_backend_message();
+    if (t->conf.scrub)
+        s = be->fill(be->ctx, user, end - user, 0, h->stream);
+    if (s == TIDE_OK && t->guard)
+        s = be->fill(be->ctx, b->addr, t->guard, TIDE_GUARD_BYTE, h->stream);
+    if (s == TIDE_OK && t->guard)
+        s = be->fill(be->ctx, user + b->requested, end - user - b->requested, TIDE_GUARD_BYTE, h->stream);
+    if (s == TIDE_OK)
+        return TIDE_OK;
+    tide_status failed = tide__fail_with_context(s, "tide_malloc: %s the block on the %s device",
+                                                 t->conf.scrub ? "scrubbing" : "writing the guard of",
+                                                 be->name);
+    heap_lock(h);
+    lifecycle_free(h, b);
+    heap_unlock(h);
+    return failed;
+}
+
+/* Checks a block's canaries (guard), waiting for its stream. TIDE_ECORRUPT says where it was broken. */
+static tide_status verify_guards(tide_allocator *t, void *ptr, uintptr_t addr, size_t size,
+                                 size_t requested, tide_stream stream)
+{
+    const tide_backend *be = &t->backend;
+    uintptr_t user = addr + t->guard;
+    size_t after = addr + size - user - requested, bad = 0;
+    tide__clear_backend_message();
+    tide_status s = be->verify(be->ctx, user + requested, after, TIDE_GUARD_BYTE, stream, &bad);
+    if (s == TIDE_ECORRUPT)
+        return tide__fail(TIDE_ECORRUPT, "tide_free of %p: out-of-bounds write: bytes after the end of "
+                          "the block were overwritten, the first at offset %zu (the block has %zu "
+                          "requested bytes); the block was freed", ptr, requested + bad, requested);
+    if (s == TIDE_OK)
+        s = be->verify(be->ctx, addr, t->guard, TIDE_GUARD_BYTE, stream, &bad);
+    if (s == TIDE_ECORRUPT)
+        return tide__fail(TIDE_ECORRUPT, "tide_free of %p: out-of-bounds write: bytes before the start of "
+                          "the block were overwritten, the first at offset -%zu; the block was freed",
+                          ptr, t->guard - bad);
+    if (s != TIDE_OK)
+        return tide__fail_with_context(s, "tide_free of %p: checking the block's guard on the %s device",
+                                       ptr, be->name);
+    return TIDE_OK;
 }
 
 /* ---- the public calls ------------------------------------------------------------------------------- */
@@ -321,7 +386,7 @@ tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream stream, void
     if (size > t->device_total)
         return tide__fail(TIDE_ENOMEM, "out of memory: asked %s, more than the device's total memory "
                           "(%s)", format_bytes(size, a), format_bytes(t->device_total, b_));
-    size_t rounded = round_up(size, TIDE_UNIT);
+    size_t rounded = round_up(size, TIDE_UNIT) + 2 * t->guard;
     enum pool_kind pool = pool_for_size(rounded);
     struct heap *h;
     tide_status s = heap_for_stream(t, stream, &h);
@@ -337,8 +402,10 @@ tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream stream, void
         s = pressure_malloc(t, h, pool, rounded, size, &b);
         allocator_debug_check(t, 1, "tide_malloc (slow path)");
     }
+    if (b && __builtin_expect(t->conf.scrub || t->guard, 0) && (s = prepare_block(t, h, b)) != TIDE_OK)
+        b = NULL;
     if (b)
-        *out = (void *)b->addr;
+        *out = (void *)(b->addr + t->guard);
     allocator_debug_check(t, 2, "tide_malloc");
     return b ? TIDE_OK : s;
 }
@@ -354,7 +421,7 @@ tide_status tide_free(tide_allocator *t, void *ptr)
     if (last_heap.allocator_id == t->id) {
         h = last_heap.heap;
         heap_lock(h);
-        b = ptr_map_get(&h->map, (uintptr_t)ptr);
+        b = ptr_map_get(&h->map, (uintptr_t)ptr - t->guard);
         if (!b)
             heap_unlock(h);
     }
@@ -369,10 +436,27 @@ tide_status tide_free(tide_allocator *t, void *ptr)
         return tide__fail(TIDE_EINVAL, "tide_free of %p: a double free; it was freed already and is "
                           "waiting for the device (pending free)", ptr);
     }
+    tide_status guard = TIDE_OK;
+    if (__builtin_expect(t->guard != 0, 0)) {
+        /* The check waits for the device: not under the heap's lock. The block is looked up again
+         * after it, as the program may (wrongly) free it from two threads at once. */
+        uintptr_t addr = b->addr;
+        size_t size = b->size, requested = b->requested;
+        tide_stream stream = h->stream;
+        heap_unlock(h);
+        guard = verify_guards(t, ptr, addr, size, requested, stream);
+        s = locate(t, (uintptr_t)ptr, "tide_free", &h, &b);
+        if (s != TIDE_OK)
+            return s;
+        if (b->state == BLOCK_PENDING) {
+            heap_unlock(h);
+            return tide__fail(TIDE_EINVAL, "tide_free of %p: freed twice at once", ptr);
+        }
+    }
     s = lifecycle_free(h, b);
     heap_unlock(h);
     allocator_debug_check(t, 2, "tide_free");
-    return s;
+    return s != TIDE_OK ? s : guard;
 }
 
 tide_status tide_record_stream(tide_allocator *t, void *ptr, tide_stream stream)

@@ -11,6 +11,8 @@
  */
 #include "internal.h"
 
+#include "cuda/guard_verify_ptx.h"
+
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,8 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef unsigned long long CUdeviceptr;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
 
 enum {
     CUDA_SUCCESS = 0,
@@ -51,6 +55,15 @@ static struct driver {
     CUresult (*EventDestroy)(CUevent);
     CUresult (*GetErrorName)(CUresult, const char **);
     CUresult (*GetErrorString)(CUresult, const char **);
+    /* scrub and guard */
+    CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+    CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+    CUresult (*StreamSynchronize)(CUstream);
+    CUresult (*ModuleLoadData)(CUmodule *, const void *);
+    CUresult (*ModuleUnload)(CUmodule);
+    CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void **, void **);
 } cu;
 
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
@@ -91,6 +104,13 @@ static void load_driver(void)
         SYMBOL(EventDestroy, "cuEventDestroy_v2"),
         SYMBOL(GetErrorName, "cuGetErrorName"),
         SYMBOL(GetErrorString, "cuGetErrorString"),
+        SYMBOL(MemsetD8Async, "cuMemsetD8Async"),
+        SYMBOL(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+        SYMBOL(StreamSynchronize, "cuStreamSynchronize"),
+        SYMBOL(ModuleLoadData, "cuModuleLoadData"),
+        SYMBOL(ModuleUnload, "cuModuleUnload"),
+        SYMBOL(ModuleGetFunction, "cuModuleGetFunction"),
+        SYMBOL(LaunchKernel, "cuLaunchKernel"),
 #undef SYMBOL
     };
     for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++) {
@@ -157,6 +177,12 @@ struct cuda_device {
     int ordinal;
     CUdevice dev;
     CUcontext ctx;
+    /* guard:True, loaded on first use: the verify kernel and the word it reports into (one check at a
+     * time per device: it is a debugging mode) */
+    pthread_mutex_t verify_lock;
+    CUmodule verify_module;
+    CUfunction verify_kernel;
+    CUdeviceptr verify_result;
 };
 
 /* Makes the device's context current for one call; undone by leave. */
@@ -268,11 +294,81 @@ static tide_status cuda_mem_info(void *ctx, size_t *free_bytes, size_t *total_by
     return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuMemGetInfo");
 }
 
+static tide_status cuda_fill(void *ctx, uintptr_t addr, size_t size, uint8_t value, tide_stream stream)
+{
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.MemsetD8Async((CUdeviceptr)addr, value, size, (CUstream)stream));
+    return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuMemsetD8Async");
+}
+
+/* Under verify_lock, in the device's context. */
+static CUresult verify_load(struct cuda_device *d)
+{
+    if (d->verify_kernel)
+        return CUDA_SUCCESS;
+    CUresult r = cu.ModuleLoadData(&d->verify_module, guard_verify_ptx);
+    if (r == CUDA_SUCCESS)
+        r = cu.ModuleGetFunction(&d->verify_kernel, d->verify_module, "tide_guard_verify");
+    if (r == CUDA_SUCCESS)
+        r = cu.MemAlloc(&d->verify_result, sizeof(unsigned long long));
+    if (r != CUDA_SUCCESS)
+        d->verify_kernel = NULL;
+    return r;
+}
+
+/* Checks on the device, in order on the stream, then waits for the stream to read the answer. */
+static CUresult verify_run(struct cuda_device *d, uintptr_t addr, size_t size, uint8_t value,
+                           CUstream stream, unsigned long long *first_bad)
+{
+    CUresult r = verify_load(d);
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUdeviceptr p = (CUdeviceptr)addr;
+    unsigned long long n = size;
+    unsigned int v = value;
+    void *args[] = {&p, &n, &v, &d->verify_result};
+    unsigned threads = 256, blocks = (unsigned)((n + threads - 1) / threads);
+    if (blocks > 1024)
+        blocks = 1024;
+    if (blocks == 0)
+        blocks = 1;
+    if ((r = cu.MemsetD8Async(d->verify_result, 0xFF, sizeof *first_bad, stream)) != CUDA_SUCCESS ||
+        (r = cu.LaunchKernel(d->verify_kernel, blocks, 1, 1, threads, 1, 1, 0, stream, args, NULL)) !=
+            CUDA_SUCCESS ||
+        (r = cu.MemcpyDtoHAsync(first_bad, d->verify_result, sizeof *first_bad, stream)) != CUDA_SUCCESS)
+        return r;
+    return cu.StreamSynchronize(stream);
+}
+
+static tide_status cuda_verify(void *ctx, uintptr_t addr, size_t size, uint8_t value, tide_stream stream,
+                               size_t *first_bad)
+{
+    struct cuda_device *d = ctx;
+    unsigned long long bad = ~0ull;
+    CUresult r;
+    pthread_mutex_lock(&d->verify_lock);
+    IN_CONTEXT(d, r, verify_run(d, addr, size, value, (CUstream)stream, &bad));
+    pthread_mutex_unlock(&d->verify_lock);
+    if (r != CUDA_SUCCESS)
+        return driver_failed(r, "checking bytes on the device (tide_guard_verify)");
+    if (bad == ~0ull)
+        return TIDE_OK;
+    *first_bad = (size_t)bad;
+    return TIDE_ECORRUPT;
+}
+
 static void cuda_close(void *ctx)
 {
     struct cuda_device *d = ctx;
     if (!d)
         return;
+    if (d->verify_kernel) {
+        CUresult r;
+        IN_CONTEXT(d, r, cu.MemFree(d->verify_result));
+        IN_CONTEXT(d, r, cu.ModuleUnload(d->verify_module));
+        (void)r; /* at exit the driver may be gone already */
+    }
+    pthread_mutex_destroy(&d->verify_lock);
     cu.DevicePrimaryCtxRelease(d->dev);
     free(d);
 }
@@ -296,8 +392,10 @@ tide_status tide_backend_cuda(int device, tide_backend *out)
     if (!d)
         return tide__fail(TIDE_EHOSTMEM, "tide_backend_cuda: out of host memory");
     d->ordinal = device;
+    pthread_mutex_init(&d->verify_lock, NULL);
     if ((r = cu.DeviceGet(&d->dev, device)) != CUDA_SUCCESS ||
         (r = cu.DevicePrimaryCtxRetain(&d->ctx, d->dev)) != CUDA_SUCCESS) {
+        pthread_mutex_destroy(&d->verify_lock);
         free(d);
         return tide__fail_with_context(driver_failed(r, "cuDevicePrimaryCtxRetain"),
                                        "tide_backend_cuda(%d)", device);
@@ -315,5 +413,7 @@ tide_status tide_backend_cuda(int device, tide_backend *out)
     out->synchronize = cuda_synchronize;
     out->mem_info = cuda_mem_info;
     out->close = cuda_close;
+    out->fill = cuda_fill;
+    out->verify = cuda_verify;
     return TIDE_OK;
 }

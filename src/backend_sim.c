@@ -71,6 +71,7 @@ struct tide_sim {
 
 static const char *op_names[TIDE_SIM_OP_COUNT] = {
     "reserve", "release", "fence_create", "fence_record", "fence_query", "synchronize", "mem_info",
+    "fill", "verify",
 };
 
 const char *tide_sim_op_name(tide_sim_op op)
@@ -463,6 +464,54 @@ static tide_status sim_mem_info(void *ctx, size_t *free_bytes, size_t *total_byt
     return TIDE_OK;
 }
 
+/* ---- fill and verify: the device writing and checking bytes, in order on a stream ------------------- */
+
+struct fill_work {
+    uint8_t *p;
+    size_t size;
+    uint8_t value;
+};
+
+static void fill_run(void *arg)
+{
+    struct fill_work *w = arg;
+    memset(w->p, w->value, w->size);
+    free(w);
+}
+
+static tide_status sim_fill(void *ctx, uintptr_t addr, size_t size, uint8_t value, tide_stream stream)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_FILL))
+        return TIDE_EDEVICE;
+    struct fill_work *w = malloc(sizeof *w);
+    if (!w)
+        return TIDE_EHOSTMEM;
+    *w = (struct fill_work){(uint8_t *)addr, size, value};
+    tide_status s = tide_sim_enqueue(sim, stream, 0, fill_run, w);
+    if (s != TIDE_OK)
+        free(w);
+    return s;
+}
+
+static tide_status sim_verify(void *ctx, uintptr_t addr, size_t size, uint8_t value, tide_stream stream,
+                              size_t *first_bad)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_VERIFY))
+        return TIDE_EDEVICE;
+    tide_status s = tide_sim_stream_synchronize(sim, stream);
+    if (s != TIDE_OK)
+        return s;
+    const uint8_t *p = (const uint8_t *)addr;
+    for (size_t i = 0; i < size; i++)
+        if (p[i] != value) {
+            *first_bad = i;
+            return TIDE_ECORRUPT;
+        }
+    return TIDE_OK;
+}
+
 tide_backend tide_sim_backend(tide_sim *sim)
 {
     tide_backend b;
@@ -479,6 +528,8 @@ tide_backend tide_sim_backend(tide_sim *sim)
     b.fence_destroy = sim_fence_destroy;
     b.synchronize = sim_synchronize;
     b.mem_info = sim_mem_info;
+    b.fill = sim_fill;
+    b.verify = sim_verify;
     return b;
 }
 

@@ -38,6 +38,8 @@
 #ifndef TIDE_UNIT
 #define TIDE_UNIT 512                         /* every block size is a multiple of this */
 #endif
+#define TIDE_GUARD_BYTES TIDE_UNIT            /* guard: canary before a block, and at least this after */
+#define TIDE_GUARD_BYTE 0xCB                  /* guard: the canary's value */
 #ifndef TIDE_SMALL_MAX
 #define TIDE_SMALL_MAX (1 * MiB)              /* requests up to this come from the small pool */
 #endif
@@ -176,6 +178,8 @@ struct tide_config {
     int debug;
     bool expandable_segments;
     bool trim_on_growth;              /* give idle segments back before passing the high-water mark */
+    bool scrub;                       /* zero blocks before handing them out */
+    bool guard;                       /* canaries around blocks, checked at free */
 };
 void config_defaults(struct tide_config *c);
 /* Applies "key:value,..." on top of *c. origin names the string in messages ("TIDEPOOL_CONF"). On
@@ -429,6 +433,8 @@ struct tide_allocator {
     uint64_t id;                              /* unique in the process, for thread-local caches */
     struct tide_config conf;
     size_t device_total;
+    size_t guard;                             /* bytes of canary before each block (0: guard off); the
+                                                 user's pointer is the block's address plus this */
 
     pthread_mutex_t pressure;                 /* see the top of this file */
     size_t limit;                             /* under pressure; read racily by the fast path */
