@@ -78,6 +78,8 @@
  *                                     and without waiting (the backend's fill), so no owner reads the
  *                                     last owner's data. For devices shared between tenants. Default
  *                                     False.
+ *     leak_report:B                   True: tide_destroy prints tide_leak_report to stderr when
+ *                                     allocations are still live. Default False.
  *     guard:B                         True: surround every block with 512 bytes of canary before it
  *                                     and at least 512 after it (from the end of the requested size),
  *                                     checked at tide_free, which waits for the block's stream to do
@@ -361,6 +363,80 @@ TIDE_API tide_status tide_stats_json(tide_allocator *t, char *buf, size_t cap, s
  *  - the address lookup finds every segment and every ACTIVE and PENDING block.
  * Returns TIDE_OK, or TIDE_ECORRUPT with the first problem and the number found in the message. */
 TIDE_API tide_status tide_check(tide_allocator *t);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Seeing memory: history, snapshots, leak reports                                                   */
+/* ------------------------------------------------------------------------------------------------ */
+/*
+ * The history is a ring buffer of events, off until tide_history_start (then each event costs a slot
+ * and a timestamp; with TIDE_HISTORY_STACKS also the caller's native stack). When it is full the oldest
+ * events are overwritten and counted as dropped. While it is on, each allocation also remembers its
+ * tag (tide_set_tag) and its call site (the address tide_malloc was called from), which the snapshot
+ * and the leak report show.
+ */
+
+typedef enum tide_event_kind {
+    TIDE_EVENT_ALLOC = 0,          /* addr: the block (the user's pointer), size: bytes requested */
+    TIDE_EVENT_FREE_REQUESTED,     /* tide_free; size: the block's bytes */
+    TIDE_EVENT_FREE_COMPLETED,     /* a block becomes FREE (at once, or when its pending uses end) */
+    TIDE_EVENT_SEGMENT_RESERVED,   /* addr, size: the segment */
+    TIDE_EVENT_SEGMENT_RELEASED,
+    TIDE_EVENT_OOM,                /* size: bytes requested */
+    TIDE_EVENT_EMPTY_CACHE,        /* size: bytes released */
+    TIDE_EVENT_ANNOTATION,         /* tag: the text given to tide_annotate */
+    TIDE_EVENT_KIND_COUNT
+} tide_event_kind;
+
+#define TIDE_HISTORY_MAX_FRAMES 16
+
+typedef struct tide_event {
+    uint64_t seq;                  /* 0, 1, 2, ... since tide_history_start: the order of events */
+    uint64_t time_ns;              /* CLOCK_MONOTONIC */
+    uint32_t kind;                 /* tide_event_kind */
+    uint32_t nframes;              /* frames captured (TIDE_HISTORY_STACKS), innermost first */
+    tide_stream stream;
+    uint64_t addr;
+    uint64_t size;
+    const char *tag;               /* the allocation's tag or the annotation, or NULL; valid until
+                                      tide_destroy */
+    void *frames[TIDE_HISTORY_MAX_FRAMES];
+} tide_event;
+
+/* The name of an event kind ("alloc", "free_requested", ...). */
+TIDE_API const char *tide_event_kind_name(uint32_t kind);
+
+enum { TIDE_HISTORY_STACKS = 1 };  /* flags: capture the caller's native stack with each event */
+
+/* Starts recording into a new ring of `capacity` events (1 to 2^26), dropping what an earlier history
+ * held. */
+TIDE_API tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flags);
+/* Stops recording; the events stay readable until the next start or tide_destroy. */
+TIDE_API tide_status tide_history_stop(tide_allocator *t);
+/* Copies up to cap events, oldest first, into out; *count receives how many were copied and *dropped
+ * (if not NULL) how many older ones the ring overwrote. */
+TIDE_API tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, size_t *count,
+                                       uint64_t *dropped);
+/* Records a user's annotation (copied) as an event, e.g. "step 12 begins". */
+TIDE_API tide_status tide_annotate(tide_allocator *t, const char *text);
+/* This thread's tag for its allocations from now on (copied; at most 63 bytes are kept), or NULL for
+ * none. Recorded while a history is on. */
+TIDE_API void tide_set_tag(const char *tag);
+
+/* Texts tidepool allocates for the caller: JSON or a report, NUL-terminated. Free with
+ * tide_string_free. */
+TIDE_API void tide_string_free(char *text);
+/* The history as JSON: {"dropped": N, "events": [{"seq", "time_ns", "kind", "stream", "addr", "size",
+ * "tag", "frames": ["libx.so(f+0x1c)", ...]}, ...]}. */
+TIDE_API tide_status tide_history_json(tide_allocator *t, char **out);
+/* Every segment and block now, as JSON: {"segments": [{"address", "size", "pool", "stream", "blocks":
+ * [{"address", "size", "requested", "state": "active" | "pending_free" | "cached", "stream", "tag",
+ * "site"}]}], "stats": {...tide_stats_json...}}. A block's address is the user's pointer. */
+TIDE_API tide_status tide_snapshot_json(tide_allocator *t, char **out);
+/* The allocations still live (and freed blocks still referenced), grouped by tag and call site, largest
+ * first, in words. *live (if not NULL) receives the number of live allocations: a test can fail on it.
+ * With the config key leak_report:True, tide_destroy prints this report to stderr when anything is
+ * live. */
+TIDE_API tide_status tide_leak_report(tide_allocator *t, char **out, uint64_t *live);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* The simulated device                                                                              */

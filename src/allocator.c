@@ -205,6 +205,7 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
     }
     pthread_mutex_init(&t->pressure, NULL);
     pthread_mutex_init(&t->heaps_lock, NULL);
+    pthread_mutex_init(&t->history_lock, NULL);
     *out = t;
     return TIDE_OK;
 }
@@ -213,6 +214,13 @@ tide_status tide_destroy(tide_allocator *t)
 {
     if (!t)
         return TIDE_OK;
+    if (t->conf.leak_report) {
+        char *report = NULL;
+        uint64_t live = 0;
+        if (tide_leak_report(t, &report, &live) == TIDE_OK && live)
+            fputs(report, stderr);
+        tide_string_free(report);
+    }
     allocator_lock_all(t);
     /* Finish every device use first: nothing may still touch memory about to be released. */
     const tide_backend *be = &t->backend;
@@ -235,6 +243,8 @@ tide_status tide_destroy(tide_allocator *t)
     segment_map_free(&t->segmap);
     pthread_mutex_destroy(&t->pressure);
     pthread_mutex_destroy(&t->heaps_lock);
+    history_destroy_all(t);
+    pthread_mutex_destroy(&t->history_lock);
     tide_backend_close(&t->backend);
     free(t);
 
@@ -404,8 +414,12 @@ tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream stream, void
     }
     if (b && __builtin_expect(t->conf.scrub || t->guard, 0) && (s = prepare_block(t, h, b)) != TIDE_OK)
         b = NULL;
-    if (b)
+    if (b) {
         *out = (void *)(b->addr + t->guard);
+        struct history *hist = atomic_load_explicit(&t->history, memory_order_acquire);
+        if (__builtin_expect(hist != NULL, 0))
+            history_on_alloc(hist, t, b, stream, size, __builtin_return_address(0));
+    }
     allocator_debug_check(t, 2, "tide_malloc");
     return b ? TIDE_OK : s;
 }
@@ -453,6 +467,7 @@ tide_status tide_free(tide_allocator *t, void *ptr)
             return tide__fail(TIDE_EINVAL, "tide_free of %p: freed twice at once", ptr);
         }
     }
+    HISTORY_EVENT(t, TIDE_EVENT_FREE_REQUESTED, h->stream, (uintptr_t)ptr, b->size);
     s = lifecycle_free(h, b);
     heap_unlock(h);
     allocator_debug_check(t, 2, "tide_free");

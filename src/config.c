@@ -12,7 +12,7 @@
 
 #define KEY_LIST                                                                                   \
     "limit, garbage_collection_threshold, max_split_size_mb, trim_on_growth, debug, expandable_segments, " \
-    "scrub, guard"
+    "scrub, guard, leak_report"
 
 void config_defaults(struct tide_config *c)
 {
@@ -170,6 +170,9 @@ static tide_status apply(struct tide_config *c, const char *origin, const char *
         c->max_split_size = (size_t)mb * MiB;
     } else if (equals(k, klen, "trim_on_growth")) {
         if (!parse_bool(v, vlen, &c->trim_on_growth))
+            return bad_value(origin, k, klen, v, vlen, "True or False");
+    } else if (equals(k, klen, "leak_report")) {
+        if (!parse_bool(v, vlen, &c->leak_report))
             return bad_value(origin, k, klen, v, vlen, "True or False");
     } else if (equals(k, klen, "scrub")) {
         if (!parse_bool(v, vlen, &c->scrub))

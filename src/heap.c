@@ -228,6 +228,8 @@ static struct block *take_block(struct heap *h, struct block *b, size_t rounded,
         }
     }
     b->state = BLOCK_ACTIVE;
+    b->tag = NULL; /* set by the history, if one is on */
+    b->site = NULL;
     b->requested = requested;
     b->refs = 0;
 

@@ -108,6 +108,8 @@ struct block {
     uint16_t nuses, uses_cap;         /* streams other than the heap's that used the block */
     tide_stream uses_inline[2];
     tide_stream *uses_more;           /* when more than two streams used it */
+    const char *tag;                  /* ACTIVE, while a history is on: the allocating thread's tag */
+    void *site;                       /* ACTIVE, while a history is on: where tide_malloc was called */
 };
 
 /* A segment: one reservation from the backend, owned by one heap and one pool for its whole life. */
@@ -178,6 +180,7 @@ struct tide_config {
     int debug;
     bool expandable_segments;
     bool trim_on_growth;              /* give idle segments back before passing the high-water mark */
+    bool leak_report;                 /* tide_destroy prints the leak report if anything is live */
     bool scrub;                       /* zero blocks before handing them out */
     bool guard;                       /* canaries around blocks, checked at free */
 };
@@ -457,6 +460,12 @@ struct tide_allocator {
     _Atomic(uint32_t) nheaps;
 
     _Atomic(uint64_t) pending_seq;            /* stamps fences and owed synchronizes */
+
+    _Atomic(struct history *) history;        /* recording now, or NULL: one branch when off */
+    struct history *histories;                /* every ring ever started, newest first (a writer may
+                                                 still hold an older one); freed by tide_destroy */
+    pthread_mutex_t history_lock;             /* start, stop, tags */
+    struct tag_string *tags;                  /* interned tags, freed by tide_destroy */
 };
 
 /* Locks the pressure lock and every heap, in order (tide_check, tide_destroy, stats). */
@@ -473,5 +482,38 @@ static inline void allocator_debug_check(tide_allocator *t, int level_needed, co
 }
 
 static inline size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+/* ---- history.c: the event ring, tags, call sites; report.c: snapshot and leak report --------------- */
+struct history;
+/* Records an event if a history is on: one branch when it is off. */
+void history_record(struct history *hist, tide_allocator *t, uint32_t kind, tide_stream stream, uint64_t addr,
+                    uint64_t size, const char *tag);
+#define HISTORY_EVENT(t, kind, stream, addr, size)                                                  \
+    do {                                                                                           \
+        struct history *h_ = atomic_load_explicit(&(t)->history, memory_order_acquire);            \
+        if (__builtin_expect(h_ != NULL, 0))                                                       \
+            history_record(h_, (t), (kind), (stream), (addr), (size), NULL);                       \
+    } while (0)
+/* With a history on: the tag and call site of a new ACTIVE block, and its alloc event. */
+void history_on_alloc(struct history *hist, tide_allocator *t, struct block *b, tide_stream stream,
+                      size_t size, void *site);
+void history_destroy_all(tide_allocator *t);
+/* "libfoo.so(function+0x1c)" or "0x7f..." for a code address. */
+void describe_code_address(void *addr, char *buf, size_t cap);
+
+/* A growable text for JSON and reports. On host-memory failure it stops growing and says so. */
+struct text {
+    char *p;
+    size_t len, cap;
+    bool failed;
+};
+void text_printf(struct text *x, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void text_json_string(struct text *x, const char *s); /* a quoted, escaped JSON string, or null */
+/* Hands the text to the caller (*out), or fails with TIDE_EHOSTMEM. */
+tide_status text_finish(struct text *x, char **out, const char *what);
 
 #endif /* TIDE_INTERNAL_H */

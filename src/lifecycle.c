@@ -172,6 +172,7 @@ static bool finish_if_done(struct heap *h, struct block *b)
         return false;
     pending_unlink(h, b);
     h->stats.num_pending_drained++;
+    HISTORY_EVENT(h->owner, TIDE_EVENT_FREE_COMPLETED, h->stream, b->addr + h->owner->guard, b->size);
     ptr_map_remove(&h->map, b->addr);
     enum pool_kind pool = b->seg->pool;
     int64_t size = (int64_t)b->size;
@@ -212,6 +213,7 @@ tide_status lifecycle_free(struct heap *h, struct block *b)
         stats_active_to_pending(&h->stats, pool, size, requested);
         return TIDE_OK;
     }
+    HISTORY_EVENT(h->owner, TIDE_EVENT_FREE_COMPLETED, h->stream, b->addr + h->owner->guard, b->size);
     ptr_map_remove(&h->map, b->addr);
     stats_active_to_free(&h->stats, pool, size, requested, (int64_t)heap_make_free(h, b));
     return TIDE_OK;

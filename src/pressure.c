@@ -78,6 +78,7 @@ static tide_status reserve_segment(tide_allocator *t, enum pool_kind pool, size_
     if (t->reserved > t->high_water)
         t->high_water = t->reserved;
     t->num_device_alloc++;
+    HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, 0, addr, size);
     *out = seg;
     return TIDE_OK;
 }
@@ -99,6 +100,7 @@ static tide_status release_segments(tide_allocator *t, struct heap *h, struct se
         tide__clear_backend_message();
         tide_status s = be->release(be->ctx, seg->base, seg->size);
         if (s == TIDE_OK) {
+            HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, seg->base, seg->size);
             t->reserved -= seg->size;
             t->num_device_free++;
             if (why == RELEASE_FOR_HIGH_WATER)
@@ -311,6 +313,7 @@ static tide_status out_of_memory(tide_allocator *t, struct heap *h, size_t reque
     struct where w = where_is_memory(t);
     char asked[32], fr[32], tot[32], res[32], lim[32], al[32], pe[32], ca[32], rel[32];
     t->num_ooms++;
+    HISTORY_EVENT(t, TIDE_EVENT_OOM, h->stream, 0, requested);
     return tide__fail(
         TIDE_ENOMEM,
         "out of memory: asked %s on stream 0x%llx; %s%s free on the device of %s; reserved %s "
@@ -392,6 +395,7 @@ tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report)
     /* The program asked for its memory back: what it needs from now on sets the mark anew. */
     t->high_water = t->reserved;
     fill_report(t, &r);
+    HISTORY_EVENT(t, TIDE_EVENT_EMPTY_CACHE, 0, 0, r.released_bytes);
     pthread_mutex_unlock(&t->pressure);
     if (report)
         *report = r;

@@ -1,0 +1,391 @@
+/*
+ * The history: a ring buffer of events, and the tags and call sites of allocations while it is on.
+ *
+ * Cheap when off: every place that records reads one pointer (HISTORY_EVENT in internal.h). When on, a
+ * writer takes a slot with one atomic add and fills it without a lock; the slot's sequence number is
+ * written last, so a reader skips a slot being filled. Timestamps come from the CPU's cycle counter
+ * where there is one, converted to CLOCK_MONOTONIC nanoseconds when read, because reading the clock
+ * itself on every event would cost more than the allocation.
+ */
+#define _GNU_SOURCE /* dladdr, to name code addresses */
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#if defined(__GLIBC__)
+#include <execinfo.h>
+#endif
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+#define HISTORY_MAX_CAPACITY ((size_t)1 << 26)
+#define TAG_MAX 64
+
+struct slot {
+    _Atomic(uint64_t) seq_plus_one;   /* 0 while empty or being written */
+    tide_event event;
+};
+
+struct history {
+    struct history *next;             /* the allocator's list of rings */
+    struct slot *slots;
+    size_t capacity;
+    unsigned flags;
+    _Atomic(uint64_t) next_seq;
+    /* ticks -> nanoseconds: from two readings of both clocks, at start and when read */
+    uint64_t ticks0, ns0;
+};
+
+struct tag_string {
+    struct tag_string *next;
+    char text[];
+};
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t ticks(void)
+{
+#if defined(__x86_64__)
+    return __rdtsc();
+#else
+    return monotonic_ns();
+#endif
+}
+
+const char *tide_event_kind_name(uint32_t kind)
+{
+    static const char *const names[TIDE_EVENT_KIND_COUNT] = {
+        "alloc", "free_requested", "free_completed", "segment_reserved", "segment_released", "oom",
+        "empty_cache", "annotation",
+    };
+    return kind < TIDE_EVENT_KIND_COUNT ? names[kind] : "(unknown)";
+}
+
+/* ---- tags ---------------------------------------------------------------------------------------------- */
+
+static _Thread_local struct {
+    char text[TAG_MAX];
+    uint64_t generation;              /* 0: no tag */
+    /* the interned copy for one allocator, so tagging costs no lookup while the tag stays the same */
+    uint64_t interned_for;            /* allocator id */
+    uint64_t interned_generation;
+    const char *interned;
+} thread_tag;
+static _Atomic(uint64_t) tag_generations = 1;
+
+void tide_set_tag(const char *tag)
+{
+    if (!tag) {
+        thread_tag.generation = 0;
+        return;
+    }
+    snprintf(thread_tag.text, sizeof thread_tag.text, "%s", tag);
+    thread_tag.generation = atomic_fetch_add(&tag_generations, 1);
+}
+
+/* The allocator's copy of text, made once; NULL if host memory ran out. Under history_lock. */
+static const char *intern_locked(tide_allocator *t, const char *text)
+{
+    for (struct tag_string *s = t->tags; s; s = s->next)
+        if (strcmp(s->text, text) == 0)
+            return s->text;
+    size_t n = strlen(text) + 1;
+    struct tag_string *s = malloc(sizeof *s + n);
+    if (!s)
+        return NULL;
+    memcpy(s->text, text, n);
+    s->next = t->tags;
+    t->tags = s;
+    return s->text;
+}
+
+static const char *current_tag(tide_allocator *t)
+{
+    if (!thread_tag.generation)
+        return NULL;
+    if (thread_tag.interned_for != t->id || thread_tag.interned_generation != thread_tag.generation) {
+        pthread_mutex_lock(&t->history_lock);
+        thread_tag.interned = intern_locked(t, thread_tag.text);
+        pthread_mutex_unlock(&t->history_lock);
+        thread_tag.interned_for = t->id;
+        thread_tag.interned_generation = thread_tag.generation;
+    }
+    return thread_tag.interned;
+}
+
+/* ---- recording ----------------------------------------------------------------------------------------- */
+
+void history_record(struct history *hist, tide_allocator *t, uint32_t kind, tide_stream stream, uint64_t addr,
+                    uint64_t size, const char *tag)
+{
+    (void)t;
+    uint64_t seq = atomic_fetch_add_explicit(&hist->next_seq, 1, memory_order_relaxed);
+    struct slot *slot = &hist->slots[seq % hist->capacity];
+    atomic_store_explicit(&slot->seq_plus_one, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    tide_event *e = &slot->event;
+    e->seq = seq;
+    e->time_ns = ticks(); /* converted when read */
+    e->kind = kind;
+    e->stream = stream;
+    e->addr = addr;
+    e->size = size;
+    e->tag = tag;
+    e->nframes = 0;
+#if defined(__GLIBC__)
+    if (hist->flags & TIDE_HISTORY_STACKS) {
+        void *frames[TIDE_HISTORY_MAX_FRAMES + 3];
+        int n = backtrace(frames, TIDE_HISTORY_MAX_FRAMES + 3);
+        /* Leave out this function and the tidepool call that recorded: the caller's stack remains. */
+        int skip = n > 2 ? 2 : 0;
+        e->nframes = (uint32_t)(n - skip > TIDE_HISTORY_MAX_FRAMES ? TIDE_HISTORY_MAX_FRAMES : n - skip);
+        memcpy(e->frames, frames + skip, e->nframes * sizeof *frames);
+    }
+#endif
+    atomic_store_explicit(&slot->seq_plus_one, seq + 1, memory_order_release);
+}
+
+void history_on_alloc(struct history *hist, tide_allocator *t, struct block *b, tide_stream stream,
+                      size_t size, void *site)
+{
+    b->tag = current_tag(t);
+    b->site = site;
+    history_record(hist, t, TIDE_EVENT_ALLOC, stream, b->addr + t->guard, size, b->tag);
+}
+
+/* ---- start, stop, read ------------------------------------------------------------------------------ */
+
+tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flags)
+{
+    if (!t)
+        return tide__fail(TIDE_EINVAL, "tide_history_start: the allocator is NULL");
+    if (capacity == 0 || capacity > HISTORY_MAX_CAPACITY)
+        return tide__fail(TIDE_EINVAL, "tide_history_start: capacity %zu is not between 1 and %zu events",
+                          capacity, HISTORY_MAX_CAPACITY);
+    if (flags & ~(unsigned)TIDE_HISTORY_STACKS)
+        return tide__fail(TIDE_EINVAL, "tide_history_start: unknown flags 0x%x", flags);
+    struct history *hist = calloc(1, sizeof *hist);
+    struct slot *slots = hist ? calloc(capacity, sizeof *slots) : NULL;
+    if (!slots) {
+        free(hist);
+        return tide__fail(TIDE_EHOSTMEM, "tide_history_start: no host memory for %zu events", capacity);
+    }
+    hist->slots = slots;
+    hist->capacity = capacity;
+    hist->flags = flags;
+    hist->ns0 = monotonic_ns();
+    hist->ticks0 = ticks();
+    pthread_mutex_lock(&t->history_lock);
+    hist->next = t->histories;
+    t->histories = hist;
+    atomic_store_explicit(&t->history, hist, memory_order_release);
+    pthread_mutex_unlock(&t->history_lock);
+    return TIDE_OK;
+}
+
+tide_status tide_history_stop(tide_allocator *t)
+{
+    if (!t)
+        return tide__fail(TIDE_EINVAL, "tide_history_stop: the allocator is NULL");
+    atomic_store_explicit(&t->history, NULL, memory_order_release);
+    return TIDE_OK;
+}
+
+tide_status tide_annotate(tide_allocator *t, const char *text)
+{
+    if (!t || !text)
+        return tide__fail(TIDE_EINVAL, "tide_annotate: %s is NULL", t ? "the text" : "the allocator");
+    struct history *hist = atomic_load_explicit(&t->history, memory_order_acquire);
+    if (!hist)
+        return tide__fail(TIDE_EINVAL, "tide_annotate: no history is on (tide_history_start)");
+    pthread_mutex_lock(&t->history_lock);
+    const char *copy = intern_locked(t, text);
+    pthread_mutex_unlock(&t->history_lock);
+    if (!copy)
+        return tide__fail(TIDE_EHOSTMEM, "tide_annotate: out of host memory");
+    history_record(hist, t, TIDE_EVENT_ANNOTATION, 0, 0, 0, copy);
+    return TIDE_OK;
+}
+
+/* The newest ring (recording or stopped), or NULL. */
+static struct history *latest(tide_allocator *t)
+{
+    pthread_mutex_lock(&t->history_lock);
+    struct history *hist = t->histories;
+    pthread_mutex_unlock(&t->history_lock);
+    return hist;
+}
+
+tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, size_t *count,
+                              uint64_t *dropped)
+{
+    if (!t || !count || (!out && cap))
+        return tide__fail(TIDE_EINVAL, "tide_history_read: %s is NULL",
+                          !t ? "the allocator" : !count ? "count" : "out");
+    *count = 0;
+    if (dropped)
+        *dropped = 0;
+    struct history *hist = latest(t);
+    if (!hist)
+        return TIDE_OK;
+    uint64_t end = atomic_load_explicit(&hist->next_seq, memory_order_acquire);
+    uint64_t begin = end > hist->capacity ? end - hist->capacity : 0;
+    if (dropped)
+        *dropped = begin;
+    /* ticks to nanoseconds, by the two clocks now and at start */
+    uint64_t ns1 = monotonic_ns(), ticks1 = ticks();
+    double ns_per_tick = ticks1 > hist->ticks0 ? (double)(ns1 - hist->ns0) / (double)(ticks1 - hist->ticks0) : 1.0;
+    size_t n = 0;
+    for (uint64_t seq = begin; seq < end && n < cap; seq++) {
+        struct slot *slot = &hist->slots[seq % hist->capacity];
+        if (atomic_load_explicit(&slot->seq_plus_one, memory_order_acquire) != seq + 1)
+            continue; /* being written, or overwritten already */
+        out[n] = slot->event;
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&slot->seq_plus_one, memory_order_relaxed) != seq + 1)
+            continue; /* overwritten while copied */
+        uint64_t raw = out[n].time_ns;
+        out[n].time_ns = hist->ns0 + (uint64_t)((double)(raw - hist->ticks0) * ns_per_tick);
+        n++;
+    }
+    *count = n;
+    return TIDE_OK;
+}
+
+void history_destroy_all(tide_allocator *t)
+{
+    while (t->histories) {
+        struct history *next = t->histories->next;
+        free(t->histories->slots);
+        free(t->histories);
+        t->histories = next;
+    }
+    while (t->tags) {
+        struct tag_string *next = t->tags->next;
+        free(t->tags);
+        t->tags = next;
+    }
+}
+
+/* ---- text --------------------------------------------------------------------------------------------- */
+
+void text_printf(struct text *x, const char *fmt, ...)
+{
+    if (x->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(x->p ? x->p + x->len : NULL, x->p ? x->cap - x->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            x->failed = true;
+            return;
+        }
+        if (x->p && x->len + (size_t)n < x->cap) {
+            x->len += (size_t)n;
+            return;
+        }
+        size_t cap = x->cap ? x->cap : 4096;
+        while (cap <= x->len + (size_t)n)
+            cap *= 2;
+        char *p = realloc(x->p, cap);
+        if (!p) {
+            x->failed = true;
+            return;
+        }
+        x->p = p;
+        x->cap = cap;
+    }
+}
+
+void text_json_string(struct text *x, const char *s)
+{
+    if (!s) {
+        text_printf(x, "null");
+        return;
+    }
+    text_printf(x, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            text_printf(x, "\\%c", c);
+        else if (c < 0x20)
+            text_printf(x, "\\u%04x", c);
+        else
+            text_printf(x, "%c", c);
+    }
+    text_printf(x, "\"");
+}
+
+tide_status text_finish(struct text *x, char **out, const char *what)
+{
+    if (x->failed || !x->p) {
+        free(x->p);
+        return tide__fail(TIDE_EHOSTMEM, "%s: out of host memory", what);
+    }
+    *out = x->p;
+    return TIDE_OK;
+}
+
+void tide_string_free(char *text) { free(text); }
+
+void describe_code_address(void *addr, char *buf, size_t cap)
+{
+    Dl_info info;
+    if (addr && dladdr(addr, &info) && info.dli_fname) {
+        const char *file = strrchr(info.dli_fname, '/');
+        file = file ? file + 1 : info.dli_fname;
+        if (info.dli_sname)
+            snprintf(buf, cap, "%s(%s+0x%lx)", file, info.dli_sname,
+                     (unsigned long)((char *)addr - (char *)info.dli_saddr));
+        else
+            snprintf(buf, cap, "%s+0x%lx", file, (unsigned long)((char *)addr - (char *)info.dli_fbase));
+        return;
+    }
+    snprintf(buf, cap, "%p", addr);
+}
+
+tide_status tide_history_json(tide_allocator *t, char **out)
+{
+    if (!t || !out)
+        return tide__fail(TIDE_EINVAL, "tide_history_json: %s is NULL", t ? "out" : "the allocator");
+    *out = NULL;
+    struct history *hist = latest(t);
+    size_t cap = hist ? hist->capacity : 0, n = 0;
+    uint64_t dropped = 0;
+    tide_event *events = cap ? malloc(cap * sizeof *events) : NULL;
+    if (cap && !events)
+        return tide__fail(TIDE_EHOSTMEM, "tide_history_json: out of host memory");
+    tide_history_read(t, events, cap, &n, &dropped);
+    struct text x = {0};
+    text_printf(&x, "{\"dropped\": %llu, \"events\": [", (unsigned long long)dropped);
+    for (size_t i = 0; i < n; i++) {
+        const tide_event *e = &events[i];
+        text_printf(&x, "%s\n  {\"seq\": %llu, \"time_ns\": %llu, \"kind\": \"%s\", \"stream\": %llu, "
+                    "\"addr\": %llu, \"size\": %llu, \"tag\": ", i ? "," : "", (unsigned long long)e->seq,
+                    (unsigned long long)e->time_ns, tide_event_kind_name(e->kind),
+                    (unsigned long long)e->stream, (unsigned long long)e->addr, (unsigned long long)e->size);
+        text_json_string(&x, e->tag);
+        text_printf(&x, ", \"frames\": [");
+        for (uint32_t f = 0; f < e->nframes; f++) {
+            char where[256];
+            describe_code_address(e->frames[f], where, sizeof where);
+            text_printf(&x, "%s", f ? ", " : "");
+            text_json_string(&x, where);
+        }
+        text_printf(&x, "]}");
+    }
+    text_printf(&x, "\n]}\n");
+    free(events);
+    return text_finish(&x, out, "tide_history_json");
+}

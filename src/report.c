@@ -1,0 +1,174 @@
+/*
+ * What memory looks like now: the snapshot (every segment and block, as JSON) and the leak report
+ * (what is still live, grouped by tag and call site, in words).
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *state_name(uint8_t state)
+{
+    return state == BLOCK_ACTIVE ? "active" : state == BLOCK_PENDING ? "pending_free" : "cached";
+}
+
+tide_status tide_snapshot_json(tide_allocator *t, char **out)
+{
+    if (!t || !out)
+        return tide__fail(TIDE_EINVAL, "tide_snapshot_json: %s is NULL", t ? "out" : "the allocator");
+    *out = NULL;
+    size_t need = 0;
+    tide_stats_json(t, NULL, 0, &need);
+    char *stats = malloc(need + 1);
+    if (!stats || tide_stats_json(t, stats, need + 1, NULL) != TIDE_OK) {
+        free(stats);
+        return tide__fail(TIDE_EHOSTMEM, "tide_snapshot_json: out of host memory");
+    }
+    struct text x = {0};
+    text_printf(&x, "{\"backend\": ");
+    text_json_string(&x, t->backend.name);
+    text_printf(&x, ", \"guard_bytes\": %zu, \"segments\": [", t->guard);
+    allocator_lock_all(t);
+    bool first_segment = true;
+    for (uint32_t i = 0; i < atomic_load(&t->nheaps); i++) {
+        struct heap *h = t->heaps[i];
+        for (struct segment *seg = h->segments; seg; seg = seg->next) {
+            text_printf(&x, "%s\n {\"address\": %llu, \"size\": %zu, \"pool\": \"%s\", \"stream\": %llu, "
+                        "\"blocks\": [", first_segment ? "" : ",", (unsigned long long)seg->base, seg->size,
+                        seg->pool == POOL_SMALL ? "small" : "large", (unsigned long long)h->stream);
+            first_segment = false;
+            for (struct block *b = seg->first; b; b = b->next) {
+                bool active = b->state == BLOCK_ACTIVE;
+                text_printf(&x, "%s\n  {\"address\": %llu, \"size\": %zu, \"requested\": %zu, \"state\": "
+                            "\"%s\", \"stream\": %llu, \"tag\": ", b == seg->first ? "" : ",",
+                            (unsigned long long)(b->addr + (b->state == BLOCK_FREE ? 0 : t->guard)), b->size,
+                            active ? b->requested : 0, state_name(b->state), (unsigned long long)h->stream);
+                text_json_string(&x, active ? b->tag : NULL);
+                char site[256] = "";
+                if (active && b->site)
+                    describe_code_address(b->site, site, sizeof site);
+                text_printf(&x, ", \"site\": ");
+                text_json_string(&x, site[0] ? site : NULL);
+                text_printf(&x, "}");
+            }
+            text_printf(&x, "]}");
+        }
+    }
+    allocator_unlock_all(t);
+    text_printf(&x, "\n], \"stats\": %s}\n", stats);
+    free(stats);
+    return text_finish(&x, out, "tide_snapshot_json");
+}
+
+/* One line of the leak report: live blocks with the same tag and call site. */
+struct leak_group {
+    const char *tag;
+    void *site;
+    bool pending;        /* freed, but references still hold it */
+    uint64_t count, bytes;
+    size_t largest;
+};
+
+static int by_bytes_descending(const void *a, const void *b)
+{
+    const struct leak_group *x = a, *y = b;
+    return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : 0;
+}
+
+static tide_status collect_leaks(tide_allocator *t, struct leak_group **out, size_t *n_out)
+{
+    struct leak_group *groups = NULL;
+    size_t n = 0, cap = 0;
+    tide_status s = TIDE_OK;
+    allocator_lock_all(t);
+    for (uint32_t i = 0; i < atomic_load(&t->nheaps) && s == TIDE_OK; i++) {
+        for (struct segment *seg = t->heaps[i]->segments; seg && s == TIDE_OK; seg = seg->next) {
+            for (struct block *b = seg->first; b; b = b->next) {
+                bool pending = b->state == BLOCK_PENDING && b->refs;
+                if (b->state != BLOCK_ACTIVE && !pending)
+                    continue;
+                const char *tag = pending ? NULL : b->tag;
+                void *site = pending ? NULL : b->site;
+                size_t g = 0;
+                while (g < n && !(groups[g].tag == tag && groups[g].site == site && groups[g].pending == pending))
+                    g++;
+                if (g == n) {
+                    if (n == cap) {
+                        size_t ncap = cap ? 2 * cap : 16;
+                        struct leak_group *more = realloc(groups, ncap * sizeof *more);
+                        if (!more) {
+                            s = TIDE_EHOSTMEM;
+                            break;
+                        }
+                        groups = more;
+                        cap = ncap;
+                    }
+                    groups[n++] = (struct leak_group){tag, site, pending, 0, 0, 0};
+                }
+                size_t bytes = pending ? b->size : b->requested;
+                groups[g].count++;
+                groups[g].bytes += bytes;
+                if (bytes > groups[g].largest)
+                    groups[g].largest = bytes;
+            }
+        }
+    }
+    allocator_unlock_all(t);
+    if (s != TIDE_OK) {
+        free(groups);
+        return tide__fail(s, "tide_leak_report: out of host memory");
+    }
+    qsort(groups, n, sizeof *groups, by_bytes_descending);
+    *out = groups;
+    *n_out = n;
+    return TIDE_OK;
+}
+
+tide_status tide_leak_report(tide_allocator *t, char **out, uint64_t *live)
+{
+    if (!t || !out)
+        return tide__fail(TIDE_EINVAL, "tide_leak_report: %s is NULL", t ? "out" : "the allocator");
+    *out = NULL;
+    struct leak_group *groups = NULL;
+    size_t n = 0;
+    tide_status s = collect_leaks(t, &groups, &n);
+    if (s != TIDE_OK)
+        return s;
+    uint64_t count = 0, bytes = 0, held = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (groups[i].pending) {
+            held += groups[i].count;
+            continue;
+        }
+        count += groups[i].count;
+        bytes += groups[i].bytes;
+    }
+    struct text x = {0};
+    char b1[32], b2[32];
+    if (count == 0 && held == 0)
+        text_printf(&x, "tidepool: no leaks: nothing is allocated and nothing is still referenced.\n");
+    else
+        text_printf(&x, "tidepool: %llu allocation%s still live, %s requested in all%s:\n",
+                    (unsigned long long)count, count == 1 ? "" : "s", format_bytes(bytes, b1),
+                    held ? ", and freed blocks still referenced (tide_retain without tide_release)" : "");
+    for (size_t i = 0; i < n; i++) {
+        const struct leak_group *g = &groups[i];
+        if (g->pending) {
+            text_printf(&x, "  %10s in %llu freed block%s still referenced by the device\n",
+                        format_bytes(g->bytes, b1), (unsigned long long)g->count, g->count == 1 ? "" : "s");
+            continue;
+        }
+        char site[256];
+        if (g->site)
+            describe_code_address(g->site, site, sizeof site);
+        text_printf(&x, "  %10s in %llu allocation%s (largest %s), tag %s%s%s, allocated at %s\n",
+                    format_bytes(g->bytes, b1), (unsigned long long)g->count, g->count == 1 ? "" : "s",
+                    format_bytes(g->largest, b2), g->tag ? "'" : "", g->tag ? g->tag : "(none)",
+                    g->tag ? "'" : "", g->site ? site : "(unknown: no history was on)");
+    }
+    free(groups);
+    if (live)
+        *live = count;
+    return text_finish(&x, out, "tide_leak_report");
+}

@@ -1,0 +1,294 @@
+/*
+ * Seeing memory: the history, the snapshot and the leak report.
+ *  - Replaying a real trace with the history on, the events and the snapshot agree with the statistics
+ *    at every checkpoint: live bytes rebuilt from alloc and free events equal requested_bytes, segment
+ *    events add up to reserved_bytes, and the snapshot's blocks add up to allocated, pending and cached.
+ *  - The leak report names exactly the allocations left live, by tag and call site.
+ *  - The ring keeps the newest events and counts the dropped ones; nothing is recorded when off.
+ */
+#include "harness.h"
+#include "trace.h"
+
+#include <stdbool.h>
+
+/* From src/history.c: names a code address as the leak report does. */
+void describe_code_address(void *addr, char *buf, size_t cap);
+
+#define EVENTS (1u << 20)
+
+/* ---- a tiny reader of the snapshot's JSON: sums block sizes by state --------------------------------- */
+
+struct snapshot_sums {
+    int64_t active, pending, cached, segments_bytes, segments;
+};
+
+static struct snapshot_sums sum_snapshot(const char *json)
+{
+    struct snapshot_sums s = {0, 0, 0, 0, 0};
+    const char *stats = strstr(json, "\"stats\":");
+    for (const char *p = strstr(json, "\"pool\":"); p && (!stats || p < stats); p = strstr(p + 1, "\"pool\":")) {
+        /* the segment's size is the number before its "pool" key */
+        const char *size = p;
+        while (size > json && strncmp(size, "\"size\": ", 8) != 0)
+            size--;
+        s.segments_bytes += (int64_t)strtoull(size + 8, NULL, 10);
+        s.segments++;
+    }
+    for (const char *p = strstr(json, "\"state\": \""); p && (!stats || p < stats);
+         p = strstr(p + 1, "\"state\": \"")) {
+        const char *size = p;
+        while (size > json && strncmp(size, "\"size\": ", 8) != 0)
+            size--;
+        int64_t n = (int64_t)strtoull(size + 8, NULL, 10);
+        const char *state = p + 10;
+        if (!strncmp(state, "active", 6))
+            s.active += n;
+        else if (!strncmp(state, "pending_free", 12))
+            s.pending += n;
+        else
+            s.cached += n;
+    }
+    return s;
+}
+
+/* ---- the replay ----------------------------------------------------------------------------------------- */
+
+struct live_map { /* requested bytes by address, from the events (open addressing) */
+    uint64_t *keys, *values;
+    size_t cap;
+};
+
+static size_t slot_of(struct live_map *m, uint64_t key)
+{
+    size_t i = (size_t)(key >> 9) * 0x9E3779B97F4A7C15ull % m->cap;
+    while (m->keys[i] && m->keys[i] != key)
+        i = (i + 1) % m->cap;
+    return i;
+}
+
+static void test_history_and_snapshot_agree_with_stats(void)
+{
+    char err[256];
+    struct trace tr;
+    if (trace_load(TIDE_TRACES_DIR "/lstm_loop.csv.gz", &tr, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        harness_failures++;
+        return;
+    }
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream s2;
+    CHECK_OK(tide_sim_stream_create(f.sim, &s2));
+    CHECK_OK(tide_history_start(f.t, EVENTS, 0));
+    void **ptrs = calloc(tr.nallocs, sizeof *ptrs);
+    tide_event *events = malloc(EVENTS * sizeof *events);
+    struct live_map m = {calloc(1 << 16, 8), calloc(1 << 16, 8), 1 << 16};
+    size_t consumed = 0;
+    int64_t live_requested = 0, reserved = 0;
+    int checkpoints = 0;
+    for (size_t i = 0; i < tr.nops; i++) {
+        const struct trace_op *op = &tr.ops[i];
+        if (op->kind == TRACE_ALLOC) {
+            CHECK_OK(tide_malloc(f.t, op->size, 0, &ptrs[op->id]));
+            if (op->id % 5 == 0) { /* some blocks are used by another stream: they go pending */
+                CHECK_OK(tide_record_stream(f.t, ptrs[op->id], s2));
+                CHECK_OK(tide_sim_enqueue(f.sim, s2, 20, NULL, NULL));
+            }
+        } else {
+            CHECK_OK(tide_free(f.t, ptrs[op->id]));
+            ptrs[op->id] = NULL;
+        }
+        if (i % 1500 == 750)
+            CHECK_OK(tide_empty_cache(f.t, NULL));
+        if (i % 97 != 0)
+            continue;
+        /* a checkpoint: fold the new events in, then compare */
+        size_t n = 0;
+        uint64_t dropped = 0;
+        CHECK_OK(tide_history_read(f.t, events, EVENTS, &n, &dropped));
+        CHECK(dropped == 0);
+        for (; consumed < n; consumed++) {
+            const tide_event *e = &events[consumed];
+            CHECK(e->seq == consumed);
+            size_t slot = slot_of(&m, e->addr);
+            if (e->kind == TIDE_EVENT_ALLOC) {
+                CHECK(m.keys[slot] == 0); /* no two live blocks at one address */
+                m.keys[slot] = e->addr;
+                m.values[slot] = e->size;
+                live_requested += (int64_t)e->size;
+            } else if (e->kind == TIDE_EVENT_FREE_REQUESTED) {
+                CHECK(m.keys[slot] == e->addr);
+                live_requested -= (int64_t)m.values[slot];
+                /* remove with backward-shift deletion */
+                m.keys[slot] = 0;
+                for (size_t j = (slot + 1) % m.cap; m.keys[j]; j = (j + 1) % m.cap) {
+                    uint64_t k = m.keys[j], v = m.values[j];
+                    m.keys[j] = 0;
+                    size_t to = slot_of(&m, k);
+                    m.keys[to] = k;
+                    m.values[to] = v;
+                }
+            } else if (e->kind == TIDE_EVENT_SEGMENT_RESERVED) {
+                reserved += (int64_t)e->size;
+            } else if (e->kind == TIDE_EVENT_SEGMENT_RELEASED) {
+                reserved -= (int64_t)e->size;
+            }
+        }
+        char *json = NULL;
+        CHECK_OK(tide_snapshot_json(f.t, &json));
+        tide_stats st = stats_of(f.t);
+        struct snapshot_sums sums = sum_snapshot(json ? json : "");
+        tide_string_free(json);
+        /* nothing else runs tidepool now but the stream's fence draining in the next malloc, so the
+         * three views are of the same moment */
+        CHECK(live_requested == st.requested_bytes[TIDE_POOL_ALL].current);
+        CHECK(reserved == st.reserved_bytes[TIDE_POOL_ALL].current);
+        CHECK(sums.segments_bytes == st.reserved_bytes[TIDE_POOL_ALL].current);
+        CHECK(sums.segments == st.segment[TIDE_POOL_ALL].current);
+        CHECK(sums.active == st.allocated_bytes[TIDE_POOL_ALL].current);
+        CHECK(sums.pending == st.pending_free_bytes[TIDE_POOL_ALL].current);
+        CHECK(sums.cached == st.cached_bytes[TIDE_POOL_ALL].current);
+        checkpoints++;
+        if (harness_failures)
+            break;
+    }
+    CHECK(checkpoints > 100);
+    for (size_t id = 0; id < tr.nallocs; id++)
+        if (ptrs[id])
+            CHECK_OK(tide_free(f.t, ptrs[id]));
+    CHECK_OK(tide_sim_synchronize(f.sim));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    size_t n = 0;
+    CHECK_OK(tide_history_read(f.t, events, EVENTS, &n, NULL));
+    size_t kinds[TIDE_EVENT_KIND_COUNT] = {0};
+    for (size_t i = 0; i < n; i++)
+        kinds[events[i].kind]++;
+    /* every free completes: at once, or when its pending use ends */
+    CHECK(kinds[TIDE_EVENT_ALLOC] == tr.nallocs);
+    CHECK(kinds[TIDE_EVENT_FREE_REQUESTED] == tr.nallocs);
+    CHECK(kinds[TIDE_EVENT_FREE_COMPLETED] == tr.nallocs);
+    CHECK(kinds[TIDE_EVENT_SEGMENT_RESERVED] == kinds[TIDE_EVENT_SEGMENT_RELEASED]);
+    CHECK(kinds[TIDE_EVENT_EMPTY_CACHE] > 1);
+    fprintf(stderr, "lstm_loop with history: %zu events, %d checkpoints agreed\n", n, checkpoints);
+    free(m.keys);
+    free(m.values);
+    free(events);
+    free(ptrs);
+    trace_free(&tr);
+    fixture_close(&f);
+}
+
+/* ---- the leak report -------------------------------------------------------------------------------------- */
+
+__attribute__((noinline)) void *allocate_weights(tide_allocator *t, size_t n);
+__attribute__((noinline)) void *allocate_weights(tide_allocator *t, size_t n)
+{
+    void *p = NULL;
+    CHECK_OK(tide_malloc(t, n, 0, &p));
+    return p;
+}
+
+static void test_leak_report_names_what_is_left(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    char *report = NULL;
+    uint64_t live = 99;
+    CHECK_OK(tide_leak_report(f.t, &report, &live));
+    CHECK(live == 0 && report && strstr(report, "no leaks"));
+    tide_string_free(report);
+
+    CHECK_OK(tide_history_start(f.t, 1000, 0));
+    tide_set_tag("weights");
+    void *w[3];
+    for (int i = 0; i < 3; i++)
+        w[i] = allocate_weights(f.t, (size_t)(i + 1) * MIB);
+    tide_set_tag("activations");
+    void *a[4];
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(tide_malloc(f.t, 1000, 0, &a[i]));
+    tide_set_tag(NULL);
+    void *untagged;
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &untagged));
+    CHECK_OK(tide_free(f.t, a[0])); /* freed: not a leak */
+    CHECK_OK(tide_free(f.t, a[1]));
+    void *held;
+    CHECK_OK(tide_malloc(f.t, 8192, 0, &held));
+    CHECK_OK(tide_retain(f.t, held));
+    CHECK_OK(tide_free(f.t, held)); /* freed, but still referenced */
+
+    CHECK_OK(tide_leak_report(f.t, &report, &live));
+    fprintf(stderr, "%s", report);
+    CHECK(live == 6); /* 3 weights, 2 activations, 1 untagged */
+    CHECK(strstr(report, "6 allocations still live, 6.0 MiB requested in all"));
+    const char *weights = strstr(report, "6.0 MiB in 3 allocations (largest 3.0 MiB), tag 'weights', allocated at ");
+    const char *acts = strstr(report, "2.0 KiB in 2 allocations (largest 1000 B), tag 'activations'");
+    CHECK(weights && acts && weights < acts); /* largest first */
+    CHECK(weights && strstr(weights, "allocate_weights"));
+    CHECK(strstr(report, "4.0 KiB in 1 allocation (largest 4.0 KiB), tag (none)"));
+    CHECK(strstr(report, "8.0 KiB in 1 freed block still referenced"));
+    tide_string_free(report);
+
+    for (int i = 0; i < 3; i++)
+        CHECK_OK(tide_free(f.t, w[i]));
+    CHECK_OK(tide_free(f.t, a[2]));
+    CHECK_OK(tide_free(f.t, a[3]));
+    CHECK_OK(tide_free(f.t, untagged));
+    CHECK_OK(tide_release(f.t, held));
+    CHECK_OK(tide_leak_report(f.t, &report, &live));
+    CHECK(live == 0 && strstr(report, "no leaks"));
+    tide_string_free(report);
+    fixture_close(&f);
+}
+
+/* ---- the ring ----------------------------------------------------------------------------------------------- */
+
+static void test_ring_keeps_the_newest(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *p;
+    CHECK_STATUS(tide_history_start(f.t, 0, 0), TIDE_EINVAL);
+    CHECK_STATUS(tide_history_start(f.t, 10, 0x80), TIDE_EINVAL);
+    CHECK_STATUS(tide_annotate(f.t, "no history"), TIDE_EINVAL);
+    CHECK_OK(tide_malloc(f.t, 512, 0, &p)); /* off: not recorded */
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_history_start(f.t, 8, TIDE_HISTORY_STACKS));
+    CHECK_OK(tide_annotate(f.t, "step 1"));
+    for (int i = 0; i < 10; i++) { /* 30 events: alloc, free requested, free completed */
+        CHECK_OK(tide_malloc(f.t, 512, 0, &p));
+        CHECK_OK(tide_free(f.t, p));
+    }
+    CHECK_OK(tide_history_stop(f.t));
+    CHECK_OK(tide_malloc(f.t, 512, 0, &p)); /* stopped: not recorded */
+    CHECK_OK(tide_free(f.t, p));
+    tide_event ev[16];
+    size_t n = 0;
+    uint64_t dropped = 0;
+    CHECK_OK(tide_history_read(f.t, ev, 16, &n, &dropped));
+    CHECK(n == 8 && dropped == 31 - 8);
+    for (size_t i = 0; i < n; i++) {
+        CHECK(ev[i].seq == dropped + i);
+        CHECK(i == 0 || ev[i].time_ns >= ev[i - 1].time_ns);
+        CHECK(ev[i].nframes > 0); /* stacks were asked for */
+    }
+    CHECK(ev[n - 1].kind == TIDE_EVENT_FREE_COMPLETED);
+    char where[256];
+    describe_code_address(ev[n - 1].frames[0], where, sizeof where);
+    CHECK(strstr(where, "test_history") != NULL); /* the first frame is the caller's */
+    char *json = NULL;
+    CHECK_OK(tide_history_json(f.t, &json));
+    CHECK(json && strstr(json, "\"dropped\": 23") && strstr(json, "\"kind\": \"free_completed\""));
+    CHECK(json && strstr(json, "test_history"));
+    tide_string_free(json);
+    CHECK(strcmp(tide_event_kind_name(TIDE_EVENT_SEGMENT_RESERVED), "segment_reserved") == 0);
+    fixture_close(&f);
+}
+
+int main(void)
+{
+    RUN(test_history_and_snapshot_agree_with_stats);
+    RUN(test_leak_report_names_what_is_left);
+    RUN(test_ring_keeps_the_newest);
+    return HARNESS_EXIT();
+}
