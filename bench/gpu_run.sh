@@ -7,6 +7,8 @@
 #                                   cudaMallocAsync
 #   bench/gpu_run.sh seed [STEPS]   the seed's loop under four allocators (default 2000 steps), then
 #                                   step time alternating PyTorch's allocator and tidepool
+#   bench/gpu_run.sh reliability    scrub and guard on the GPU, compute-sanitizer over them, and
+#                                   tidepool's snapshot rendered by PyTorch's memory visualizer
 set -u
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
@@ -59,6 +61,18 @@ bench)
     $BUILD/gpu_bench replay traces/*.csv.gz | tee "$OUT/replay.md"
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $BUILD/gpu_bench replay --only torch traces/*.csv.gz \
         | tail -n +3 | tee -a "$OUT/replay.md"
+    ;;
+reliability)
+    build
+    echo "== scrub and guard"
+    $BUILD/tests/gpu_scrub_guard
+    echo "gpu_scrub_guard exit status: $?"
+    TIDE_NO_DELIBERATE_DRIVER_ERRORS=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        $BUILD/tests/gpu_scrub_guard 2>&1 | grep -E "ERROR SUMMARY|all checks|FAILED" | tail -3
+    echo "compute-sanitizer exit status: ${PIPESTATUS[0]} for gpu_scrub_guard"
+    echo "== snapshot of the seed's loop, rendered by torch/cuda/_memory_viz.py"
+    python3 bench/snapshot_viz.py "$OUT/viz" 5
+    echo "snapshot_viz exit status: $?"
     ;;
 seed)
     build

@@ -110,6 +110,46 @@ void empty_cache()
     TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
 }
 
+// A text tidepool allocated (JSON or a report), as a std::string.
+std::string take_text(tide_status s, char *text)
+{
+    TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
+    std::string out(text);
+    tide_string_free(text);
+    return out;
+}
+
+void history_start(int device, int64_t capacity, bool stacks)
+{
+    TORCH_CHECK(capacity > 0, "tidepool: the history needs room for at least one event");
+    tide_status s = tide_history_start(allocator_of(device), static_cast<size_t>(capacity),
+                                       stacks ? TIDE_HISTORY_STACKS : 0);
+    TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
+}
+
+void history_stop(int device) { tide_history_stop(allocator_of(device)); }
+
+std::string history_json(int device)
+{
+    char *text = nullptr;
+    tide_status s = tide_history_json(allocator_of(device), &text);
+    return take_text(s, text);
+}
+
+std::string snapshot_json(int device)
+{
+    char *text = nullptr;
+    tide_status s = tide_snapshot_json(allocator_of(device), &text);
+    return take_text(s, text);
+}
+
+std::string leak_report(int device)
+{
+    char *text = nullptr;
+    tide_status s = tide_leak_report(allocator_of(device), &text, nullptr);
+    return take_text(s, text);
+}
+
 } // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
@@ -120,4 +160,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("check", &check, "tide_check on one device's allocator");
     m.def("set_limit", &set_limit);
     m.def("empty_cache", &empty_cache);
+    m.def("history_start", &history_start, "tide_history_start on one device's allocator");
+    m.def("history_stop", &history_stop);
+    m.def("history_json", &history_json);
+    m.def("snapshot_json", &snapshot_json);
+    m.def("leak_report", &leak_report);
 }

@@ -168,3 +168,84 @@ def memory_summary(device=None):
     lines.append(" %-*s %14s" % (width + 11, "limit", _format_bytes(s["limit_bytes"])))
     lines.append("=" * 84)
     return "\n".join(lines)
+
+
+# ---- seeing memory: history, snapshots in PyTorch's structure, leak reports ----------------------------
+
+def record_memory_history(enabled=True, max_entries=100000, stacks=False, device=None):
+    """Starts (or, with enabled=False, stops) tidepool's history of allocator events on one device (all
+    devices if device is None). stacks=True records each event's native call stack."""
+    shim = _require()
+    devices = range(torch.cuda.device_count()) if device is None else [_device_index(device)]
+    for d in devices:
+        if enabled:
+            shim.history_start(d, int(max_entries), bool(stacks))
+        else:
+            shim.history_stop(d)
+
+
+def _frames(names):
+    """tidepool's "libx.so(function+0x1c)" strings as PyTorch's frame dicts."""
+    out = []
+    for name in names or []:
+        filename, _, rest = name.partition("(")
+        out.append({"filename": filename, "line": 0, "name": rest.rstrip(")") or name})
+    return out
+
+
+_STATES = {"active": "active_allocated", "pending_free": "active_pending_free", "cached": "inactive"}
+_ACTIONS = {"alloc": "alloc", "free_requested": "free_requested", "free_completed": "free_completed",
+            "segment_reserved": "segment_alloc", "segment_released": "segment_free", "oom": "oom"}
+
+
+def memory_snapshot():
+    """A snapshot of every device's tidepool allocator in the structure of PyTorch's
+    torch.cuda.memory._snapshot(): "segments" (each with "blocks" in the states active_allocated,
+    active_pending_free and inactive) and "device_traces" (the events of tidepool's history, if one was
+    recorded: alloc, free_requested, free_completed, segment_alloc, segment_free, oom)."""
+    shim = _require()
+    segments, traces = [], []
+    for d in range(torch.cuda.device_count()):
+        snap = json.loads(shim.snapshot_json(d))
+        for seg in snap["segments"]:
+            blocks = []
+            for b in seg["blocks"]:
+                blocks.append({
+                    "address": b["address"], "size": b["size"], "requested_size": b["requested"],
+                    "state": _STATES[b["state"]],
+                    "frames": _frames([b["site"]] if b.get("site") else []),
+                })
+            active = [b for b in blocks if b["state"] != "inactive"]
+            segments.append({
+                "device": d, "address": seg["address"], "total_size": seg["size"], "stream": seg["stream"],
+                "segment_type": seg["pool"], "segment_pool_id": (0, 0), "is_expandable": False,
+                "allocated_size": sum(b["size"] for b in blocks if b["state"] == "active_allocated"),
+                "active_size": sum(b["size"] for b in active),
+                "requested_size": sum(b["requested_size"] for b in active),
+                "frames": [], "blocks": blocks,
+            })
+        trace = []
+        for e in json.loads(shim.history_json(d))["events"]:
+            action = _ACTIONS.get(e["kind"])
+            if action is None:
+                continue  # empty_cache and annotations have no counterpart in PyTorch's trace
+            entry = {"action": action, "addr": e["addr"], "size": e["size"], "stream": e["stream"],
+                     "time_us": e["time_ns"] // 1000, "frames": _frames(e["frames"])}
+            if action == "oom":
+                entry["device_free"] = 0
+            trace.append(entry)
+        traces.append(trace)
+    return {"segments": segments, "device_traces": traces, "allocator_settings": {"allocator": "tidepool"}}
+
+
+def dump_snapshot(path):
+    """Writes memory_snapshot() as the pickle PyTorch's memory visualizer reads
+    (pytorch.org/memory_viz, or python -m torch.cuda._memory_viz trace_plot PATH -o out.html)."""
+    import pickle
+    with open(path, "wb") as f:
+        pickle.dump(memory_snapshot(), f)
+
+
+def leak_report(device=None):
+    """What is still allocated on one device, grouped by tag and call site, largest first, in words."""
+    return _require().leak_report(_device_index(device))
