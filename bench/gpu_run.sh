@@ -7,6 +7,8 @@
 #                                   cudaMallocAsync
 #   bench/gpu_run.sh seed [STEPS]   the seed's loop under four allocators (default 2000 steps), then
 #                                   step time alternating PyTorch's allocator and tidepool
+#   bench/gpu_run.sh ddp [STEPS]    (2 GPUs) the two-device C test, then GPT-2 small under DDP with
+#                                   PyTorch's allocator and with tidepool (default 300 steps)
 #   bench/gpu_run.sh reliability    scrub and guard on the GPU, compute-sanitizer over them, and
 #                                   tidepool's snapshot rendered by PyTorch's memory visualizer
 set -u
@@ -61,6 +63,19 @@ bench)
     $BUILD/gpu_bench replay traces/*.csv.gz | tee "$OUT/replay.md"
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $BUILD/gpu_bench replay --only torch traces/*.csv.gz \
         | tail -n +3 | tee -a "$OUT/replay.md"
+    ;;
+ddp)
+    build
+    steps=${2:-300}
+    echo "== two devices from eight threads"
+    $BUILD/tests/test_two_devices
+    echo "test_two_devices exit status: $?"
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    for alloc in native tidepool; do
+        timeout 280 torchrun --standalone --nproc_per_node=2 bench/ddp_gpt2.py --allocator $alloc \
+            --steps "$steps" --json "$OUT/ddp_$alloc" 2>&1 | grep -vE "^W[0-9]|warn|Warn|^\s*$" | tail -6
+    done
+    python3 bench/summarize_ddp.py "$OUT/ddp_native" "$OUT/ddp_tidepool" | tee "$OUT/ddp_summary.md"
     ;;
 reliability)
     build
