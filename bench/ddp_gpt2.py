@@ -55,7 +55,13 @@ def reserved_mib():
     return torch.cuda.memory_reserved() / 2**20
 
 
-losses, reserved, used, floors = [], [], [], []
+def allocated_mib():
+    if args.allocator == "tidepool":
+        return tt.memory_allocated(local_rank) / 2**20
+    return torch.cuda.memory_allocated() / 2**20
+
+
+losses, reserved, used, floors, after = [], [], [], [], []
 for step in range(args.steps):
     length = 128 + (step * 37) % 384
     ids = torch.randint(0, 50257, (8, length), generator=generator).to("cuda")
@@ -70,9 +76,11 @@ for step in range(args.steps):
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         floors.append(used_mib())
+        after.append({"allocated_mib": allocated_mib(), "reserved_mib": reserved_mib()})
 stats = tt.memory_stats(local_rank) if args.allocator == "tidepool" else torch.cuda.memory_stats()
 result = {"allocator": args.allocator, "rank": rank, "losses": losses, "reserved_mib": reserved,
           "used_mib": used, "used_after_empty_cache_mib": floors,
+          "allocator_after_empty_cache": after,
           "device_allocs": stats.get("num_device_alloc", stats.get("num_device_alloc", None)),
           "num_alloc_retries": stats.get("num_alloc_retries")}
 if args.allocator == "tidepool":

@@ -2,14 +2,14 @@
 
     python3 bench/snapshot_viz.py OUT_DIR [STEPS]
 
-With tidepool as PyTorch's allocator and its history on (native stacks included), runs the seed's loop
+With tidepool as PyTorch's allocator and its history on (native stacks too with --stacks), runs the seed's loop
 (nn.Transformer(d_model=512, nhead=8), 32x128x512, forward and backward) for STEPS steps (default 5),
 then:
   - checks the snapshot against tidepool's statistics (segments add up to reserved memory, active
     blocks to allocated memory) and that every allocation in the trace is matched by its frees;
   - writes snapshot.pickle with tidepool.torch.dump_snapshot (in a temporary folder, as are the plots
     that embed it; their sizes are printed);
-  - runs torch/cuda/_memory_viz.py on it: trace_plot and segment_plot (HTML), segsum and trace (text,
+  - runs torch/cuda/_memory_viz.py on it: trace_plot and segment_plot (HTML), stats and trace (text,
     into OUT_DIR);
   - writes snapshot_local.html, the trace plot with PyTorch's MemoryViz.js next to it instead of its
     address on a CDN, so a browser without network access can draw it (copied as MemoryViz.js);
@@ -29,11 +29,13 @@ import tidepool.torch as tt  # noqa: E402
 
 out = sys.argv[1]
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+# Native stacks make the pickle about ten times larger (27 MB for 5 steps); off unless asked for.
+STACKS = "--stacks" in sys.argv
 os.makedirs(out, exist_ok=True)
 bulky = tempfile.mkdtemp()  # the pickle and the plots that embed it: their sizes are printed
 
 tt.enable()
-tt.record_memory_history(max_entries=2_000_000, stacks=True)
+tt.record_memory_history(max_entries=2_000_000, stacks=STACKS)
 model = torch.nn.Transformer(d_model=512, nhead=8).cuda()
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 src = torch.randn(128, 32, 512, device="cuda")
@@ -74,14 +76,14 @@ for kind, target in (("trace_plot", "trace_plot.html"), ("segment_plot", "segmen
     print("_memory_viz.py %s: exit %d, %s %d bytes %s" % (kind, r.returncode, target,
           os.path.getsize(dest) if os.path.exists(dest) else -1, r.stderr.strip()[-300:]))
     assert r.returncode == 0
-for kind in ("segsum", "trace"):
+for kind in ("stats", "trace"):
     r = subprocess.run([sys.executable, viz, kind, path], capture_output=True, text=True)
     text = r.stdout
     print("_memory_viz.py %s: exit %d, %d lines; %s" % (kind, r.returncode, text.count("\n"), r.stderr.strip()[-300:]))
     assert r.returncode == 0
     with open(os.path.join(out, kind + ".txt"), "w") as f:
-        f.write(text if kind == "segsum" else "\n".join(text.splitlines()[:200]) + "\n")
-    if kind == "segsum":
+        f.write(text if kind == "stats" else "\n".join(text.splitlines()[:200]) + "\n")
+    if kind == "stats":
         print("\n".join(text.splitlines()[-8:]))
 
 js = os.path.join(os.path.dirname(torch.__file__), "utils", "viz", "MemoryViz.js")
