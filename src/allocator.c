@@ -385,6 +385,11 @@ static tide_status verify_guards(tide_allocator *t, void *ptr, uintptr_t addr, s
 
 tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out)
 {
+    return allocator_malloc(t, size, stream, out, __builtin_return_address(0));
+}
+
+tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out, void *site)
+{
     CHECK_ALLOCATOR(t);
     if (!out)
         return tide__fail(TIDE_EINVAL, "tide_malloc: out is NULL");
@@ -418,7 +423,7 @@ tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream stream, void
         *out = (void *)(b->addr + t->guard);
         struct history *hist = atomic_load_explicit(&t->history, memory_order_acquire);
         if (__builtin_expect(hist != NULL, 0))
-            history_on_alloc(hist, t, b, stream, size, __builtin_return_address(0));
+            history_on_alloc(hist, t, b, stream, size, site);
     }
     allocator_debug_check(t, 2, "tide_malloc");
     return b ? TIDE_OK : s;

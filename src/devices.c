@@ -92,7 +92,7 @@ tide_status tide_devices_malloc(tide_devices *set, int device, size_t size, tide
             *out = NULL;
         return s;
     }
-    return tide_malloc(t, size, stream, out);
+    return allocator_malloc(t, size, stream, out, __builtin_return_address(0));
 }
 
 /* The allocator whose segments hold ptr, or NULL. */

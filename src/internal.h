@@ -468,6 +468,8 @@ struct tide_allocator {
     struct tag_string *tags;                  /* interned tags, freed by tide_destroy */
 };
 
+/* tide_malloc, naming the call site the history records (the caller outside tidepool). */
+tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out, void *site);
 /* Locks the pressure lock and every heap, in order (tide_check, tide_destroy, stats). */
 void allocator_lock_all(tide_allocator *t);
 void allocator_unlock_all(tide_allocator *t);
