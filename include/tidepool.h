@@ -390,7 +390,8 @@ typedef enum tide_event_kind {
 #define TIDE_HISTORY_MAX_FRAMES 16
 
 typedef struct tide_event {
-    uint64_t seq;                  /* 0, 1, 2, ... since tide_history_start: the order of events */
+    uint64_t seq;                  /* 0, 1, 2, ... since tide_history_start: the order of events (a free
+                                      completed at once shares its request's) */
     uint64_t time_ns;              /* CLOCK_MONOTONIC */
     uint32_t kind;                 /* tide_event_kind */
     uint32_t nframes;              /* frames captured (TIDE_HISTORY_STACKS), innermost first */
@@ -407,13 +408,15 @@ TIDE_API const char *tide_event_kind_name(uint32_t kind);
 
 enum { TIDE_HISTORY_STACKS = 1 };  /* flags: capture the caller's native stack with each event */
 
-/* Starts recording into a new ring of `capacity` events (1 to 2^26), dropping what an earlier history
- * held. */
+/* Starts recording into a new ring with room for `capacity` events (1 to 2^26, rounded up to a power
+ * of two; its memory is taken and touched now), dropping what an earlier history held. A free that
+ * completes at once takes one place and reads back as two events (requested, completed) with the same
+ * seq. */
 TIDE_API tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flags);
 /* Stops recording; the events stay readable until the next start or tide_destroy. */
 TIDE_API tide_status tide_history_stop(tide_allocator *t);
 /* Copies up to cap events, oldest first, into out; *count receives how many were copied and *dropped
- * (if not NULL) how many older ones the ring overwrote. */
+ * (if not NULL) how many older places in the ring were overwritten. */
 TIDE_API tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, size_t *count,
                                        uint64_t *dropped);
 /* Records a user's annotation (copied) as an event, e.g. "step 12 begins". */

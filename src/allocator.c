@@ -472,7 +472,6 @@ tide_status tide_free(tide_allocator *t, void *ptr)
             return tide__fail(TIDE_EINVAL, "tide_free of %p: freed twice at once", ptr);
         }
     }
-    HISTORY_EVENT(t, TIDE_EVENT_FREE_REQUESTED, h->stream, (uintptr_t)ptr, b->size);
     s = lifecycle_free(h, b);
     heap_unlock(h);
     allocator_debug_check(t, 2, "tide_free");

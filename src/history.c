@@ -25,14 +25,24 @@
 #define HISTORY_MAX_CAPACITY ((size_t)1 << 26)
 #define TAG_MAX 64
 
+/* One recorded event, compact (the public tide_event carries the stack inline; here it lives apart,
+ * only when stacks are recorded). A free that completes at once is one slot (COMPLETED_AT_ONCE), read
+ * back as two events. */
+#define COMPLETED_AT_ONCE HISTORY_COMPLETED_AT_ONCE
 struct slot {
     _Atomic(uint64_t) seq_plus_one;   /* 0 while empty or being written */
-    tide_event event;
+    uint64_t ticks;
+    uint64_t addr, size;
+    tide_stream stream;
+    const char *tag;
+    uint32_t kind;                    /* tide_event_kind, | COMPLETED_AT_ONCE */
+    uint32_t nframes;
 };
 
 struct history {
     struct history *next;             /* the allocator's list of rings */
     struct slot *slots;
+    void **frames;                    /* TIDE_HISTORY_MAX_FRAMES per slot, with TIDE_HISTORY_STACKS */
     size_t capacity;
     unsigned flags;
     _Atomic(uint64_t) next_seq;
@@ -129,26 +139,25 @@ void history_record(struct history *hist, tide_allocator *t, uint32_t kind, tide
 {
     (void)t;
     uint64_t seq = atomic_fetch_add_explicit(&hist->next_seq, 1, memory_order_relaxed);
-    struct slot *slot = &hist->slots[seq % hist->capacity];
+    size_t index = (size_t)seq & (hist->capacity - 1);
+    struct slot *slot = &hist->slots[index];
     atomic_store_explicit(&slot->seq_plus_one, 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    tide_event *e = &slot->event;
-    e->seq = seq;
-    e->time_ns = ticks(); /* converted when read */
-    e->kind = kind;
-    e->stream = stream;
-    e->addr = addr;
-    e->size = size;
-    e->tag = tag;
-    e->nframes = 0;
+    slot->ticks = ticks(); /* converted when read */
+    slot->kind = kind;
+    slot->stream = stream;
+    slot->addr = addr;
+    slot->size = size;
+    slot->tag = tag;
+    slot->nframes = 0;
 #if defined(__GLIBC__)
-    if (hist->flags & TIDE_HISTORY_STACKS) {
+    if (hist->frames) {
         void *frames[TIDE_HISTORY_MAX_FRAMES + 3];
         int n = backtrace(frames, TIDE_HISTORY_MAX_FRAMES + 3);
         /* Leave out this function and the tidepool call that recorded: the caller's stack remains. */
         int skip = n > 2 ? 2 : 0;
-        e->nframes = (uint32_t)(n - skip > TIDE_HISTORY_MAX_FRAMES ? TIDE_HISTORY_MAX_FRAMES : n - skip);
-        memcpy(e->frames, frames + skip, e->nframes * sizeof *frames);
+        slot->nframes = (uint32_t)(n - skip > TIDE_HISTORY_MAX_FRAMES ? TIDE_HISTORY_MAX_FRAMES : n - skip);
+        memcpy(&hist->frames[index * TIDE_HISTORY_MAX_FRAMES], frames + skip, slot->nframes * sizeof *frames);
     }
 #endif
     atomic_store_explicit(&slot->seq_plus_one, seq + 1, memory_order_release);
@@ -173,12 +182,24 @@ tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flag
                           capacity, HISTORY_MAX_CAPACITY);
     if (flags & ~(unsigned)TIDE_HISTORY_STACKS)
         return tide__fail(TIDE_EINVAL, "tide_history_start: unknown flags 0x%x", flags);
+    size_t rounded = 1; /* a power of two, so a slot's index is a mask, not a division */
+    while (rounded < capacity)
+        rounded *= 2;
+    capacity = rounded;
     struct history *hist = calloc(1, sizeof *hist);
-    struct slot *slots = hist ? calloc(capacity, sizeof *slots) : NULL;
-    if (!slots) {
+    struct slot *slots = hist ? malloc(capacity * sizeof *slots) : NULL;
+    void **frames = slots && (flags & TIDE_HISTORY_STACKS)
+                        ? malloc(capacity * TIDE_HISTORY_MAX_FRAMES * sizeof *frames) : NULL;
+    if (!slots || ((flags & TIDE_HISTORY_STACKS) && !frames)) {
+        free(slots);
         free(hist);
         return tide__fail(TIDE_EHOSTMEM, "tide_history_start: no host memory for %zu events", capacity);
     }
+    /* Touched now, so that no event pays for a page fault later. */
+    memset(slots, 0, capacity * sizeof *slots);
+    if (frames)
+        memset(frames, 0, capacity * TIDE_HISTORY_MAX_FRAMES * sizeof *frames);
+    hist->frames = frames;
     hist->slots = slots;
     hist->capacity = capacity;
     hist->flags = flags;
@@ -246,16 +267,34 @@ tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, si
     double ns_per_tick = ticks1 > hist->ticks0 ? (double)(ns1 - hist->ns0) / (double)(ticks1 - hist->ticks0) : 1.0;
     size_t n = 0;
     for (uint64_t seq = begin; seq < end && n < cap; seq++) {
-        struct slot *slot = &hist->slots[seq % hist->capacity];
+        size_t index = (size_t)seq & (hist->capacity - 1);
+        struct slot *slot = &hist->slots[index];
         if (atomic_load_explicit(&slot->seq_plus_one, memory_order_acquire) != seq + 1)
             continue; /* being written, or overwritten already */
-        out[n] = slot->event;
+        struct slot copy;
+        memcpy((char *)&copy + sizeof copy.seq_plus_one, (char *)slot + sizeof slot->seq_plus_one,
+               sizeof copy - sizeof copy.seq_plus_one);
+        tide_event *e = &out[n];
+        e->nframes = copy.nframes <= TIDE_HISTORY_MAX_FRAMES ? copy.nframes : 0;
+        if (e->nframes)
+            memcpy(e->frames, &hist->frames[index * TIDE_HISTORY_MAX_FRAMES], e->nframes * sizeof *e->frames);
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load_explicit(&slot->seq_plus_one, memory_order_relaxed) != seq + 1)
             continue; /* overwritten while copied */
-        uint64_t raw = out[n].time_ns;
-        out[n].time_ns = hist->ns0 + (uint64_t)((double)(raw - hist->ticks0) * ns_per_tick);
+        e->seq = seq;
+        e->time_ns = hist->ns0 + (uint64_t)((double)(copy.ticks - hist->ticks0) * ns_per_tick);
+        e->kind = copy.kind & ~COMPLETED_AT_ONCE;
+        e->stream = copy.stream;
+        e->addr = copy.addr;
+        e->size = copy.size;
+        e->tag = copy.tag;
         n++;
+        if ((copy.kind & COMPLETED_AT_ONCE) && n < cap) { /* the free's completion, the same moment */
+            out[n] = *e;
+            out[n].kind = TIDE_EVENT_FREE_COMPLETED;
+            out[n].nframes = 0;
+            n++;
+        }
     }
     *count = n;
     return TIDE_OK;
@@ -265,6 +304,7 @@ void history_destroy_all(tide_allocator *t)
 {
     while (t->histories) {
         struct history *next = t->histories->next;
+        free(t->histories->frames);
         free(t->histories->slots);
         free(t->histories);
         t->histories = next;
@@ -361,7 +401,7 @@ tide_status tide_history_json(tide_allocator *t, char **out)
         return tide__fail(TIDE_EINVAL, "tide_history_json: %s is NULL", t ? "out" : "the allocator");
     *out = NULL;
     struct history *hist = latest(t);
-    size_t cap = hist ? hist->capacity : 0, n = 0;
+    size_t cap = hist ? 2 * hist->capacity : 0, n = 0; /* a free completed at once reads as two */
     uint64_t dropped = 0;
     tide_event *events = cap ? malloc(cap * sizeof *events) : NULL;
     if (cap && !events)

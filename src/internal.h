@@ -487,6 +487,7 @@ static inline size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * 
 
 /* ---- history.c: the event ring, tags, call sites; report.c: snapshot and leak report --------------- */
 struct history;
+#define HISTORY_COMPLETED_AT_ONCE 0x100u /* with FREE_REQUESTED: the free completed in the same call */
 /* Records an event if a history is on: one branch when it is off. */
 void history_record(struct history *hist, tide_allocator *t, uint32_t kind, tide_stream stream, uint64_t addr,
                     uint64_t size, const char *tag);

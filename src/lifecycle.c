@@ -207,13 +207,16 @@ tide_status lifecycle_free(struct heap *h, struct block *b)
         block_uses_clear(b);
     }
     if (b->refs || b->fences || b->needs_sync) {
+        HISTORY_EVENT(h->owner, TIDE_EVENT_FREE_REQUESTED, h->stream, b->addr + h->owner->guard, b->size);
         b->state = BLOCK_PENDING;
         b->requested = 0;
         pending_append(h, b);
         stats_active_to_pending(&h->stats, pool, size, requested);
         return TIDE_OK;
     }
-    HISTORY_EVENT(h->owner, TIDE_EVENT_FREE_COMPLETED, h->stream, b->addr + h->owner->guard, b->size);
+    /* one slot for both: requested, and completed at once */
+    HISTORY_EVENT(h->owner, TIDE_EVENT_FREE_REQUESTED | HISTORY_COMPLETED_AT_ONCE, h->stream,
+                  b->addr + h->owner->guard, b->size);
     ptr_map_remove(&h->map, b->addr);
     stats_active_to_free(&h->stats, pool, size, requested, (int64_t)heap_make_free(h, b));
     return TIDE_OK;

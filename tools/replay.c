@@ -156,6 +156,18 @@ static int free_leftovers(struct run *x)
     return 0;
 }
 
+/* A bar on stderr, redrawn in place: "[=========>          ]  45%". */
+static void show_progress(uint64_t done, uint64_t total)
+{
+    int width = 40, filled = total ? (int)(done * (uint64_t)width / total) : 0;
+    char bar[64];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < filled ? '=' : i == filled ? '>' : ' ';
+    bar[width] = '\0';
+    fprintf(stderr, "\r[%s] %3d%%", bar, total ? (int)(done * 100 / total) : 100);
+    fflush(stderr);
+}
+
 /* Not inlined: bench/callgrind_replay.sh counts the instructions of this function alone. */
 __attribute__((noinline)) static int replay_passes(struct run *x)
 {
@@ -180,6 +192,8 @@ __attribute__((noinline)) static int replay_passes(struct run *x)
                 sample(x, op_index);
                 next_sample += sample_every;
             }
+            if ((op_index & 0xFFFF) == 0 && o->progress)
+                show_progress(op_index, total_ops);
             /* Counted within the pass, so every pass empties at the same points of the program. */
             if (i + 1 == next_empty) {
                 next_empty += o->empty_cache_every;
@@ -202,6 +216,8 @@ __attribute__((noinline)) static int replay_passes(struct run *x)
             r->peak_reserved_bytes = r->pass_peak_reserved[pass];
     }
     r->seconds = seconds_now() - start;
+    if (o->progress)
+        fprintf(stderr, "\r%60s\r", "");
     r->ops = op_index;
     r->ns_per_op = r->ops ? r->seconds * 1e9 / (double)r->ops : 0;
     if (o->timeline_points)
@@ -252,7 +268,13 @@ int replay_run(const struct trace *t, const struct replay_options *o, struct rep
         failed(&x, "tide_create");
         goto out;
     }
+    if (o->history_capacity && tide_history_start(x.t, o->history_capacity, o->history_flags) != TIDE_OK) {
+        failed(&x, "tide_history_start");
+        goto out;
+    }
     if (replay_passes(&x) != 0)
+        goto out;
+    if (o->at_end && o->at_end(x.t, o->at_end_arg, err, errcap) != 0)
         goto out;
 
     tide_release_report rep;

@@ -6,6 +6,8 @@
 
 #include "trace.h"
 
+#include "tidepool.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,6 +34,13 @@ struct replay_options {
     uint64_t device_bytes;          /* simulated device memory (0: 80 GiB) */
     size_t timeline_points;         /* samples of live/reserved memory to keep (0: none) */
     bool check_every_op;            /* tide_check after every operation (slow; for tests) */
+    size_t history_capacity;        /* tide_history_start with this many events (0: no history) */
+    unsigned history_flags;         /* TIDE_HISTORY_STACKS */
+    bool progress;                  /* a progress bar on stderr */
+    /* Called after the last pass, before the final tide_empty_cache: to read the history or take a
+     * snapshot. A non-zero return fails the replay (with the message the callback put in err). */
+    int (*at_end)(tide_allocator *t, void *arg, char *err, size_t errcap);
+    void *at_end_arg;
 };
 
 struct replay_result {

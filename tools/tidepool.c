@@ -4,6 +4,7 @@
  *   tidepool replay [options] FILE...   replay allocation traces through tidepool on a simulated device
  *   tidepool version
  */
+#include "plot.h"
 #include "replay.h"
 #include "timeline.h"
 #include "tidepool.h"
@@ -19,13 +20,19 @@
 static void usage(FILE *f)
 {
     fputs("usage: tidepool replay [options] FILE...\n"
+          "       tidepool plot [options] FILE -o OUT.svg\n"
+          "       tidepool stats STATS.json\n"
           "       tidepool version\n"
           "\n"
-          "Replays allocation traces (tidepool CSV or RMM log CSV, plain or .gz) through tidepool on a\n"
-          "simulated device, and reports peak live against peak reserved memory, device calls, pending\n"
-          "frees drained, time per operation, and what tide_empty_cache gives back.\n"
+          "replay: replays allocation traces (tidepool CSV, RMM log CSV, plain or .gz; a PyTorch\n"
+          "snapshot converted by tools/torch_snapshot_to_csv.py) through tidepool on a simulated device,\n"
+          "and reports peak live against peak reserved memory, device calls, pending frees drained, time\n"
+          "per operation, and what tide_empty_cache gives back.\n"
+          "plot: replays one trace with the history on and draws allocated, pending-free and reserved\n"
+          "memory over time, with segment reservations and releases marked, as an SVG.\n"
+          "stats: prints a statistics JSON (tide_stats_json, tidepool.torch.memory_stats) as a table.\n"
           "\n"
-          "options:\n"
+          "options (replay and plot):\n"
           "  --conf STR            tidepool config (\"limit:8GiB,max_split_size_mb:256\"); give it\n"
           "                        several times to compare configurations side by side\n"
           "  --json                print a machine-readable summary instead\n"
@@ -39,7 +46,13 @@ static void usage(FILE *f)
           "                        queue); default 64\n"
           "  --device-memory SIZE  simulated device memory (\"80GiB\"); default 80GiB\n"
           "  --check               run tide_check after every operation (slow)\n"
-          "  --no-chart            leave out the memory-over-time chart\n",
+          "  --history N           keep a history of the last N events during the replay\n"
+          "  --history-stacks      record each event's native call stack too\n"
+          "  --history-out FILE    write the history as JSON (implies --history if not given)\n"
+          "  --snapshot-out FILE   write a snapshot (every segment and block) as JSON at the end\n"
+          "  --no-progress         no progress bar (shown on a terminal by default)\n"
+          "  --no-chart            leave out the memory-over-time chart\n"
+          "  -o FILE               plot: the SVG to write\n",
           f);
 }
 
@@ -216,7 +229,77 @@ static void print_table_row(FILE *f, const char *path, const char *conf, const s
             (unsigned long long)r->pending_drained, r->ns_per_op);
 }
 
-static int cmd_replay(int argc, char **argv)
+/* What the end of a replay writes: the history, the snapshot, the plot. */
+struct outputs {
+    const char *history, *snapshot, *plot, *title;
+};
+
+static int write_text(const char *path, const char *text, char *err, size_t errcap)
+{
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        snprintf(err, errcap, "cannot write %s: %s", path, strerror(errno));
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    return 0;
+}
+
+static int write_outputs(tide_allocator *t, void *arg, char *err, size_t errcap)
+{
+    const struct outputs *out = arg;
+    char *text = NULL;
+    if (out->history) {
+        if (tide_history_json(t, &text) != TIDE_OK) {
+            snprintf(err, errcap, "%s", tide_last_error());
+            return -1;
+        }
+        int rc = write_text(out->history, text, err, errcap);
+        tide_string_free(text);
+        if (rc)
+            return rc;
+    }
+    if (out->snapshot) {
+        if (tide_snapshot_json(t, &text) != TIDE_OK) {
+            snprintf(err, errcap, "%s", tide_last_error());
+            return -1;
+        }
+        int rc = write_text(out->snapshot, text, err, errcap);
+        tide_string_free(text);
+        if (rc)
+            return rc;
+    }
+    if (out->plot) {
+        size_t cap = 1 << 20, n = 0;
+        tide_event *events = NULL;
+        for (;;) { /* read all of it: grow until a read comes back short */
+            free(events);
+            events = malloc(cap * sizeof *events);
+            if (!events || tide_history_read(t, events, cap, &n, NULL) != TIDE_OK) {
+                free(events);
+                snprintf(err, errcap, "reading the history: out of host memory");
+                return -1;
+            }
+            if (n < cap)
+                break;
+            cap *= 2;
+        }
+        FILE *f = fopen(out->plot, "w");
+        int rc = f ? plot_svg(f, events, n, out->title) : -1;
+        if (f && fclose(f) != 0)
+            rc = -1;
+        free(events);
+        if (rc) {
+            snprintf(err, errcap, "cannot write the plot to %s: %s", out->plot, f ? "no events, or a write failed"
+                                                                                : strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int cmd_replay(int argc, char **argv, bool plot)
 {
     struct replay_options o = {0};
     o.work = REPLAY_WORK_REFS;
@@ -227,7 +310,8 @@ static int cmd_replay(int argc, char **argv)
     int nconfs = 0;
     const char *files[MAX_RUNS];
     int nfiles = 0;
-    bool json = false, chart = true;
+    bool json = false, chart = true, progress = true;
+    struct outputs out = {NULL, NULL, NULL, NULL};
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -239,9 +323,13 @@ static int cmd_replay(int argc, char **argv)
             json = true;
         } else if (!strcmp(arg, "--no-chart")) {
             chart = false;
+        } else if (!strcmp(arg, "--history-stacks")) {
+            o.history_flags |= TIDE_HISTORY_STACKS;
+        } else if (!strcmp(arg, "--no-progress")) {
+            progress = false;
         } else if (!strcmp(arg, "--check")) {
             o.check_every_op = true;
-        } else if (arg[0] == '-' && arg[1] == '-' && !val) {
+        } else if (arg[0] == '-' && !val) {
             fprintf(stderr, "tidepool replay: %s needs a value\n", arg);
             return 2;
         } else if (!strcmp(arg, "--conf")) {
@@ -289,6 +377,23 @@ static int cmd_replay(int argc, char **argv)
             }
             o.queue_depth = (uint32_t)n;
             i++;
+        } else if (!strcmp(arg, "--history")) {
+            if (parse_count(val, &n) || n == 0 || n > (1ull << 26)) {
+                fprintf(stderr, "tidepool replay: --history takes a number of events from 1 to %llu, not '%s'\n",
+                        1ull << 26, val);
+                return 2;
+            }
+            o.history_capacity = (size_t)n;
+            i++;
+        } else if (!strcmp(arg, "--history-out")) {
+            out.history = val;
+            i++;
+        } else if (!strcmp(arg, "--snapshot-out")) {
+            out.snapshot = val;
+            i++;
+        } else if (!strcmp(arg, "-o") && plot) {
+            out.plot = val;
+            i++;
         } else if (!strcmp(arg, "--device-memory")) {
             if (parse_bytes(val, &n)) {
                 fprintf(stderr, "tidepool replay: --device-memory takes a size like 80GiB, not '%s'\n", val);
@@ -311,6 +416,19 @@ static int cmd_replay(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    if (plot && (!out.plot || nfiles != 1 || nconfs > 1)) {
+        fprintf(stderr, "tidepool plot: give one trace, at most one --conf, and -o OUT.svg\n");
+        return 2;
+    }
+    if ((out.history || out.snapshot || out.plot) && nfiles * (nconfs ? nconfs : 1) > 1) {
+        fprintf(stderr, "tidepool replay: --history-out and --snapshot-out take one trace and one --conf\n");
+        return 2;
+    }
+    o.progress = progress && !json && isatty(STDERR_FILENO);
+    if (out.history || out.snapshot || out.plot) {
+        o.at_end = write_outputs;
+        o.at_end_arg = &out;
+    }
     if (nconfs == 0)
         confs[nconfs++] = NULL;
     bool table = nfiles * nconfs > 1;
@@ -327,6 +445,9 @@ static int cmd_replay(int argc, char **argv)
             status = 1;
             continue;
         }
+        if ((out.history || out.plot) && !o.history_capacity) /* room for every event of the replay */
+            o.history_capacity = 3 * t.nops * (o.passes ? o.passes : 1) + 4096;
+        out.title = base_name(files[fi]);
         for (int ci = 0; ci < nconfs; ci++) {
             struct replay_result r;
             o.config = confs[ci];
@@ -336,7 +457,9 @@ static int cmd_replay(int argc, char **argv)
                 status = 1;
                 continue;
             }
-            if (json) {
+            if (plot) {
+                printf("wrote %s\n", out.plot);
+            } else if (json) {
                 if (printed++)
                     printf(",\n");
                 print_json(stdout, files[fi], confs[ci], &t, &o, &r);
@@ -360,6 +483,135 @@ static int cmd_replay(int argc, char **argv)
     return status;
 }
 
+/* ---- tidepool stats: a statistics JSON as a table ----------------------------------------------------- */
+
+#define MAX_STATS 512
+
+struct stat_entry {
+    char key[96];
+    double value;
+};
+
+/* Reads {"key": number, ...}; returns the count, or -1 with a message naming the byte offset. */
+static int read_flat_json(const char *text, struct stat_entry *out, int cap, char *err, size_t errcap)
+{
+    const char *p = text;
+    int n = 0;
+    while (*p && *p != '{')
+        p++;
+    if (*p != '{') {
+        snprintf(err, errcap, "no JSON object found");
+        return -1;
+    }
+    p++;
+    for (;;) {
+        while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t' || *p == ',')
+            p++;
+        if (*p == '}')
+            return n;
+        if (*p != '"') {
+            snprintf(err, errcap, "at byte %ld: expected a \"key\" or }", (long)(p - text));
+            return -1;
+        }
+        const char *end = strchr(p + 1, '"');
+        if (!end || end - p - 1 >= (long)sizeof out->key) {
+            snprintf(err, errcap, "at byte %ld: a key that does not end, or is too long", (long)(p - text));
+            return -1;
+        }
+        if (n == cap) {
+            snprintf(err, errcap, "more than %d statistics", cap);
+            return -1;
+        }
+        memcpy(out[n].key, p + 1, (size_t)(end - p - 1));
+        out[n].key[end - p - 1] = '\0';
+        p = end + 1;
+        while (*p == ' ')
+            p++;
+        if (*p != ':') {
+            snprintf(err, errcap, "at byte %ld: expected ':' after \"%s\"", (long)(p - text), out[n].key);
+            return -1;
+        }
+        char *num_end;
+        out[n].value = strtod(p + 1, &num_end);
+        if (num_end == p + 1) {
+            snprintf(err, errcap, "at byte %ld: the value of \"%s\" is not a number", (long)(p + 1 - text),
+                     out[n].key);
+            return -1;
+        }
+        p = num_end;
+        n++;
+    }
+}
+
+static void format_stat(char *buf, const char *name, double v)
+{
+    char b[32];
+    if (strstr(name, "bytes"))
+        snprintf(buf, 32, "%s", human_bytes((uint64_t)(v < 0 ? 0 : v), b));
+    else
+        snprintf(buf, 32, "%.0f", v);
+}
+
+static int cmd_stats(int argc, char **argv)
+{
+    if (argc != 1) {
+        fprintf(stderr, "usage: tidepool stats STATS.json (or a snapshot JSON)\n");
+        return 2;
+    }
+    FILE *f = fopen(argv[0], "r");
+    if (!f) {
+        fprintf(stderr, "tidepool stats: cannot open %s: %s\n", argv[0], strerror(errno));
+        return 1;
+    }
+    static char text[1 << 20];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    static struct stat_entry st[MAX_STATS];
+    char err[256];
+    /* a snapshot (tide_snapshot_json, tidepool replay --snapshot-out) carries its statistics inside */
+    const char *inner = strstr(text, "\"stats\": {");
+    int n = read_flat_json(inner ? inner + 9 : text, st, MAX_STATS, err, sizeof err);
+    if (n < 0) {
+        fprintf(stderr, "tidepool stats: %s: %s\n", argv[0], err);
+        return 1;
+    }
+    static const char *pools[] = {"all", "small_pool", "large_pool"};
+    bool *shown = calloc((size_t)n, sizeof *shown);
+    printf("%-22s %12s %12s %12s %12s %12s %12s\n", "", "all", "all peak", "small", "small peak", "large",
+           "large peak");
+    for (int i = 0; i < n; i++) {
+        const char *dot = strchr(st[i].key, '.');
+        if (!dot || shown[i] || strcmp(dot, ".all.current") != 0)
+            continue;
+        char name[96];
+        snprintf(name, sizeof name, "%.*s", (int)(dot - st[i].key), st[i].key);
+        printf("%-22s", name);
+        for (int pool = 0; pool < 3; pool++)
+            for (int peak = 0; peak < 2; peak++) {
+                char want[160], cell[32] = "-";
+                snprintf(want, sizeof want, "%s.%s.%s", name, pools[pool], peak ? "peak" : "current");
+                for (int j = 0; j < n; j++)
+                    if (!strcmp(st[j].key, want)) {
+                        format_stat(cell, name, st[j].value);
+                        shown[j] = true;
+                    }
+                printf(" %12s", cell);
+            }
+        printf("\n");
+    }
+    printf("\n");
+    for (int i = 0; i < n; i++) {
+        if (shown[i])
+            continue;
+        char cell[32];
+        format_stat(cell, st[i].key, st[i].value);
+        printf("%-40s %s\n", st[i].key, cell);
+    }
+    free(shown);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -367,7 +619,11 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!strcmp(argv[1], "replay"))
-        return cmd_replay(argc - 2, argv + 2);
+        return cmd_replay(argc - 2, argv + 2, false);
+    if (!strcmp(argv[1], "plot"))
+        return cmd_replay(argc - 2, argv + 2, true);
+    if (!strcmp(argv[1], "stats"))
+        return cmd_stats(argc - 2, argv + 2);
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
         printf("tidepool %d.%d.%d\n", TIDE_VERSION_MAJOR, TIDE_VERSION_MINOR, TIDE_VERSION_PATCH);
         return 0;

@@ -1,0 +1,180 @@
+/*
+ * Memory over time as a self-contained SVG: allocated, pending-free and reserved bytes through a
+ * history of events, with segment reservations and releases marked along the bottom.
+ */
+#include "plot.h"
+
+#include "timeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define WIDTH 1200
+#define HEIGHT 560
+#define LEFT 90
+#define RIGHT 30
+#define TOP 50
+#define BOTTOM 80
+#define MAX_COLUMNS 1000
+
+struct series {
+    uint64_t allocated, pending, reserved;
+};
+
+/* A round step for the vertical axis: 1, 2 or 5 times a power of 1024-friendly bytes. */
+static uint64_t axis_step(uint64_t top)
+{
+    uint64_t step = 1;
+    while (step * 10 < top)
+        step *= 10;
+    while (step * 5 < top)
+        step *= 2;
+    return step ? step : 1;
+}
+
+static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+int plot_svg(FILE *f, const tide_event *ev, size_t n, const char *title)
+{
+    if (n == 0)
+        return -1;
+    /* Replay the events into three series, then keep each column's highest point. */
+    struct series now = {0, 0, 0};
+    size_t columns = n < MAX_COLUMNS ? n : MAX_COLUMNS;
+    struct series *col = calloc(columns, sizeof *col);
+    uint8_t *reserve_mark = calloc(columns, 1), *release_mark = calloc(columns, 1);
+    /* requested sizes by address, to subtract at free: a small open-addressing map */
+    size_t cap = 1024;
+    while (cap < 4 * n)
+        cap *= 2;
+    uint64_t *keys = calloc(cap, sizeof *keys), *vals = calloc(cap, sizeof *vals);
+    if (!col || !reserve_mark || !release_mark || !keys || !vals) {
+        free(col), free(reserve_mark), free(release_mark), free(keys), free(vals);
+        return -1;
+    }
+    uint64_t peak = 1, segments_reserved = 0, segments_released = 0, peak_allocated = 0, peak_reserved = 0;
+    for (size_t i = 0; i < n; i++) {
+        const tide_event *e = &ev[i];
+        size_t c = i * columns / n, h = (size_t)((e->addr >> 9) * 0x9E3779B97F4A7C15ull) & (cap - 1);
+        switch (e->kind) {
+        case TIDE_EVENT_ALLOC:
+            while (keys[h] && keys[h] != e->addr)
+                h = (h + 1) & (cap - 1);
+            keys[h] = e->addr;
+            vals[h] = e->size;
+            now.allocated += e->size;
+            break;
+        case TIDE_EVENT_FREE_REQUESTED:
+            while (keys[h] && keys[h] != e->addr)
+                h = (h + 1) & (cap - 1);
+            if (keys[h] == e->addr) {
+                now.allocated -= vals[h];
+                vals[h] = e->size; /* now pending, by its block size, until completed */
+            }
+            now.pending += e->size;
+            break;
+        case TIDE_EVENT_FREE_COMPLETED:
+            while (keys[h] && keys[h] != e->addr)
+                h = (h + 1) & (cap - 1);
+            if (keys[h] == e->addr) {
+                /* tombstone, not a hole: a later lookup must still walk past it */
+                keys[h] = 1;
+                vals[h] = 0;
+            }
+            now.pending -= e->size <= now.pending ? e->size : now.pending;
+            break;
+        case TIDE_EVENT_SEGMENT_RESERVED:
+            now.reserved += e->size;
+            reserve_mark[c] = 1;
+            segments_reserved++;
+            break;
+        case TIDE_EVENT_SEGMENT_RELEASED:
+            now.reserved -= e->size <= now.reserved ? e->size : now.reserved;
+            release_mark[c] = 1;
+            segments_released++;
+            break;
+        default:
+            break;
+        }
+        if (now.allocated > col[c].allocated)
+            col[c].allocated = now.allocated;
+        if (now.allocated + now.pending > col[c].pending)
+            col[c].pending = now.allocated + now.pending;
+        if (now.reserved > col[c].reserved)
+            col[c].reserved = now.reserved;
+        peak = max3(peak, now.reserved, now.allocated + now.pending);
+        if (now.allocated > peak_allocated)
+            peak_allocated = now.allocated;
+        if (now.reserved > peak_reserved)
+            peak_reserved = now.reserved;
+    }
+    free(keys);
+    free(vals);
+
+    double plot_w = WIDTH - LEFT - RIGHT, plot_h = HEIGHT - TOP - BOTTOM;
+    uint64_t step = axis_step(peak);
+    uint64_t top = (peak + step - 1) / step * step;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"sans-serif\" font-size=\"13\">\n", WIDTH, HEIGHT, WIDTH, HEIGHT);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    char b1[32], b2[32];
+    fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"16\" font-weight=\"bold\">", LEFT);
+    for (const char *p = title; *p; p++) /* escape what XML needs */
+        fputs(*p == '<' ? "&lt;" : *p == '>' ? "&gt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
+    fprintf(f, "</text>\n<text x=\"%d\" y=\"42\" fill=\"#555\">peak allocated %s, peak reserved %s; %llu "
+               "segments reserved, %llu released; %zu events</text>\n", LEFT, human_bytes(peak_allocated, b1),
+            human_bytes(peak_reserved, b2), (unsigned long long)segments_reserved,
+            (unsigned long long)segments_released, n);
+    /* grid and axis labels */
+    for (uint64_t v = 0; v <= top; v += step) {
+        double y = TOP + plot_h - (double)v / (double)top * plot_h;
+        fprintf(f, "<line x1=\"%d\" x2=\"%.0f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", LEFT, LEFT + plot_w, y, y);
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" fill=\"#333\">%s</text>\n", LEFT - 8, y + 4,
+                human_bytes(v, b1));
+    }
+    /* three filled areas, back to front: reserved, allocated + pending, allocated */
+    static const struct {
+        const char *name, *fill, *stroke;
+    } layers[3] = {{"reserved", "#cfe3f7", "#4a90d9"}, {"pending free", "#f7d9a8", "#e08a00"},
+                   {"allocated", "#9fd6a4", "#2e8b3d"}};
+    for (int l = 0; l < 3; l++) {
+        fprintf(f, "<polygon fill=\"%s\" stroke=\"%s\" stroke-width=\"1\" points=\"%d,%.0f", layers[l].fill,
+                layers[l].stroke, LEFT, TOP + plot_h);
+        for (size_t c = 0; c < columns; c++) {
+            uint64_t v = l == 0 ? col[c].reserved : l == 1 ? col[c].pending : col[c].allocated;
+            double x = LEFT + (double)c * plot_w / (double)(columns > 1 ? columns - 1 : 1);
+            double y = TOP + plot_h - (double)v / (double)top * plot_h;
+            fprintf(f, " %.1f,%.1f", x, y);
+        }
+        fprintf(f, " %.0f,%.0f\"/>\n", LEFT + plot_w, TOP + plot_h);
+    }
+    /* segment events along the bottom */
+    for (size_t c = 0; c < columns; c++) {
+        double x = LEFT + (double)c * plot_w / (double)(columns > 1 ? columns - 1 : 1);
+        if (reserve_mark[c])
+            fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"#2060c0\"/>\n", x, x,
+                    TOP + plot_h + 6, TOP + plot_h + 16);
+        if (release_mark[c])
+            fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"#c02020\"/>\n", x, x,
+                    TOP + plot_h + 18, TOP + plot_h + 28);
+    }
+    fprintf(f, "<line x1=\"%d\" x2=\"%.0f\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"#333\"/>\n", LEFT, LEFT + plot_w,
+            TOP + plot_h, TOP + plot_h);
+    fprintf(f, "<text x=\"%.0f\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">events (allocations, frees, "
+               "segment calls) in order</text>\n", LEFT + plot_w / 2, HEIGHT - 22);
+    /* legend */
+    int lx = LEFT + 10, ly = HEIGHT - 8;
+    for (int l = 2; l >= 0; l--, lx += 150)
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"10\" fill=\"%s\" stroke=\"%s\"/><text x=\"%d\" "
+                   "y=\"%d\">%s</text>\n", lx, ly - 10, layers[l].fill, layers[l].stroke, lx + 20, ly, layers[l].name);
+    fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"#2060c0\" stroke-width=\"2\"/><text x=\"%d\" "
+               "y=\"%d\">segment reserved</text>\n", lx, lx, ly - 11, ly, lx + 8, ly);
+    lx += 150;
+    fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"#c02020\" stroke-width=\"2\"/><text x=\"%d\" "
+               "y=\"%d\">segment released</text>\n", lx, lx, ly - 11, ly, lx + 8, ly);
+    fprintf(f, "</svg>\n");
+    free(col);
+    free(reserve_mark);
+    free(release_mark);
+    return ferror(f) ? -1 : 0;
+}
