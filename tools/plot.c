@@ -21,15 +21,14 @@ struct series {
     uint64_t allocated, pending, reserved;
 };
 
-/* A round step for the vertical axis: 1, 2 or 5 times a power of 1024-friendly bytes. */
+/* A round step for the vertical axis: a power of two bytes (so labels read 256 MiB, 512 MiB, 1 GiB),
+ * with four to eight steps to the top. */
 static uint64_t axis_step(uint64_t top)
 {
     uint64_t step = 1;
-    while (step * 10 < top)
-        step *= 10;
-    while (step * 5 < top)
+    while (step * 8 < top)
         step *= 2;
-    return step ? step : 1;
+    return step;
 }
 
 static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
