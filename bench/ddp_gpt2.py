@@ -17,6 +17,8 @@ parser.add_argument("--allocator", choices=["native", "tidepool"], required=True
 parser.add_argument("--steps", type=int, default=300)
 parser.add_argument("--empty-cache-every", type=int, default=100)
 parser.add_argument("--json", required=True)
+parser.add_argument("--trace-out", help="tidepool, rank 0: record the allocator's history and write it as a "
+                    "tidepool trace (CSV, gzip'd), with the trace positions of the empty_cache calls beside it")
 args = parser.parse_args()
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -31,6 +33,8 @@ if args.allocator == "tidepool":
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import tidepool.torch as tt
     tt.enable()  # every device, before CUDA is initialized
+    if args.trace_out and rank == 0:
+        tt.record_memory_history(max_entries=4_000_000, device=local_rank)
 torch.cuda.set_device(local_rank)
 dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
 
@@ -86,6 +90,30 @@ result = {"allocator": args.allocator, "rank": rank, "losses": losses, "reserved
 if args.allocator == "tidepool":
     result["tidepool_stats"] = {k: stats[k] for k in ("num_device_alloc", "num_device_free", "allocation.all.peak",
                                                       "reserved_bytes.all.peak")}
+if args.trace_out and rank == 0 and args.allocator == "tidepool":
+    import gzip
+    events = json.loads(tt._require().history_json(local_rank))
+    ids, next_id, ops, empty_cache_at = {}, 0, 0, []
+    with gzip.open(args.trace_out, "wt") as f:
+        f.write("op,id,size,stream\n")
+        streams = {0: 0}
+        for e in events["events"]:
+            s = streams.setdefault(e["stream"], len(streams))
+            if e["kind"] == "alloc":
+                next_id += 1
+                ids[e["addr"]] = (next_id, e["size"], s)
+                f.write("a,%d,%d,%d\n" % (next_id, e["size"], s))
+                ops += 1
+            elif e["kind"] == "free_requested" and e["addr"] in ids:
+                i, size, st = ids.pop(e["addr"])
+                f.write("f,%d,%d,%d\n" % (i, size, st))
+                ops += 1
+            elif e["kind"] == "empty_cache":
+                empty_cache_at.append(ops)
+    with open(args.trace_out + ".json", "w") as f:
+        json.dump({"dropped": events["dropped"], "ops": ops, "empty_cache_at_op": empty_cache_at}, f)
+    print("rank 0: wrote %s: %d operations, empty_cache at %s, %d events dropped" % (
+        args.trace_out, ops, empty_cache_at, events["dropped"]))
 with open("%s.rank%d.json" % (args.json, rank), "w") as f:
     json.dump(result, f)
 print("rank %d %s: loss %s -> %s, reserved %.0f MiB at the end, floors %s" % (
