@@ -119,7 +119,8 @@ static tide_status collect_leaks(tide_allocator *t, struct leak_group **out, siz
         free(groups);
         return tide__fail(s, "tide_leak_report: out of host memory");
     }
-    qsort(groups, n, sizeof *groups, by_bytes_descending);
+    if (n > 1)
+        qsort(groups, n, sizeof *groups, by_bytes_descending);
     *out = groups;
     *n_out = n;
     return TIDE_OK;

@@ -16,7 +16,8 @@
  * stream (tide_record_stream), so frees record fences and blocks go PENDING.
  *
  * Environment: TIDE_SWEEP_STRIDE=k tries every kth N (default: a stride that tries about
- * FAULTS_PER_MODE values of N for each kind of fault; 1 tries every N, the full sweep), TIDE_SWEEP_WINDOW=n replays
+ * FAULTS_PER_MODE values of N for each kind of fault, or TIDE_SWEEP_FAULTS_PER_MODE; 1 tries every N,
+ * the full sweep), TIDE_SWEEP_WINDOW=n replays
  * n operations after the fault before ending the run (default 2000; 0: to the end of the trace),
  * TIDE_SWEEP_TRACES=a,b limits the traces (names without .csv.gz).
  */
@@ -367,7 +368,8 @@ static void sweep_trace(const char *name, tide_sim *sim)
         const struct mode *mode = &modes[m];
         unsigned long runs = 0, survived = 0;
         int failed_before = harness_failures;
-        uint64_t stride = stride_asked ? stride_asked : (clean.calls[mode->op] + FAULTS_PER_MODE - 1) / FAULTS_PER_MODE;
+        uint64_t per_mode = env_number("TIDE_SWEEP_FAULTS_PER_MODE", FAULTS_PER_MODE);
+        uint64_t stride = stride_asked ? stride_asked : (clean.calls[mode->op] + per_mode - 1) / (per_mode ? per_mode : 1);
         if (stride == 0)
             stride = 1;
         for (uint64_t n = 1; n <= clean.calls[mode->op]; n += stride) {
