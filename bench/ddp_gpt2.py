@@ -17,6 +17,7 @@ parser.add_argument("--allocator", choices=["native", "tidepool"], required=True
 parser.add_argument("--steps", type=int, default=300)
 parser.add_argument("--empty-cache-every", type=int, default=100)
 parser.add_argument("--json", required=True)
+parser.add_argument("--tidepool-conf", default=None, help="tidepool's config string")
 parser.add_argument("--trace-out", help="tidepool, rank 0: record the allocator's history and write it as a "
                     "tidepool trace (CSV, gzip'd), with the trace positions of the empty_cache calls beside it")
 args = parser.parse_args()
@@ -32,7 +33,7 @@ local_rank = int(os.environ["LOCAL_RANK"])
 if args.allocator == "tidepool":
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import tidepool.torch as tt
-    tt.enable()  # every device, before CUDA is initialized
+    tt.enable(args.tidepool_conf)  # every device, before CUDA is initialized
     if args.trace_out and rank == 0:
         tt.record_memory_history(max_entries=4_000_000, device=local_rank)
 torch.cuda.set_device(local_rank)
