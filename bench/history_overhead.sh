@@ -15,8 +15,8 @@ for trace in traces/*.csv.gz; do
     off=""; on=""; stacks=""
     for r in $(seq "$rounds"); do
         off="$off $(ns "$trace")"
-        on="$on $(ns --history 4000000 "$trace")"
-        stacks="$stacks $(ns --history 4000000 --history-stacks "$trace")"
+        on="$on $(ns --history 1000000 "$trace")"
+        stacks="$stacks $(ns --history 1000000 --history-stacks "$trace")"
     done
     m_off=$(echo $off | tr ' ' '\n' | median)
     m_on=$(echo $on | tr ' ' '\n' | median)
