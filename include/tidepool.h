@@ -243,7 +243,8 @@ TIDE_API tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream str
 /* Frees a block tide_malloc returned. If other streams used it (tide_record_stream) or references are
  * held (tide_retain), it becomes PENDING until those uses are done; otherwise it is FREE at once and
  * may be handed out again on its own stream. NULL is allowed and does nothing. With the guard config
- * key on, returns TIDE_ECORRUPT if something wrote outside the block (the block is freed anyway). */
+ * key on, returns TIDE_ECORRUPT if something wrote outside the block, or TIDE_EDEVICE if the device
+ * could not check (the block is freed in both cases). */
 TIDE_API tide_status tide_free(tide_allocator *t, void *ptr);
 
 /* Says that stream uses the ACTIVE block at ptr (PyTorch's tensor.record_stream). At tide_free a fence

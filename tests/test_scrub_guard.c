@@ -151,6 +151,22 @@ static void test_fill_fault(void)
     fixture_close(&f);
 }
 
+/* The device fails the guard check itself: tide_free says so, and the block is freed all the same. */
+static void test_verify_fault(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "guard:True");
+    void *p;
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &p));
+    tide_sim_inject_fault(f.sim, TIDE_SIM_VERIFY, 0, 1);
+    CHECK_STATUS(tide_free(f.t, p), TIDE_EDEVICE);
+    CHECK_MESSAGE("checking the block's guard on the sim device");
+    CHECK(stats_of(f.t).allocation[TIDE_POOL_ALL].current == 0);
+    CHECK_STATUS(tide_free(f.t, p), TIDE_EINVAL); /* it was freed */
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
 int main(void)
 {
     RUN(test_scrub_zeroes_before_reuse);
@@ -159,5 +175,6 @@ int main(void)
     RUN(test_without_guard_nothing_is_seen);
     RUN(test_backend_without_fill);
     RUN(test_fill_fault);
+    RUN(test_verify_fault);
     return HARNESS_EXIT();
 }
