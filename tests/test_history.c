@@ -10,6 +10,7 @@
 #include "trace.h"
 
 #include <stdbool.h>
+#include <unistd.h>
 
 /* From src/history.c: names a code address as the leak report does. */
 void describe_code_address(void *addr, char *buf, size_t cap);
@@ -243,6 +244,52 @@ static void test_leak_report_names_what_is_left(void)
     fixture_close(&f);
 }
 
+/* leak_report:True: tide_destroy prints the report to stderr when something is live, and nothing when
+ * not. stderr is sent to a file for the check. */
+static size_t destroy_and_capture(tide_allocator *t, tide_status *status, char *out, size_t cap)
+{
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *tmp = tmpfile();
+    dup2(fileno(tmp), 2);
+    *status = tide_destroy(t);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(tmp);
+    size_t n = fread(out, 1, cap - 1, tmp);
+    out[n] = '\0';
+    fclose(tmp);
+    return n;
+}
+
+static void test_leak_report_at_destroy(void)
+{
+    tide_sim *sim;
+    CHECK_OK(tide_sim_create(NULL, &sim));
+    tide_backend be = tide_sim_backend(sim);
+    tide_allocator *t;
+    char text[4096];
+    tide_status s;
+    CHECK_OK(tide_create(&be, "leak_report:True", &t));
+    void *p;
+    CHECK_OK(tide_malloc(t, 4096, 0, &p));
+    CHECK_OK(tide_free(t, p));
+    CHECK(destroy_and_capture(t, &s, text, sizeof text) == 0); /* nothing live: nothing said */
+    CHECK_OK(s);
+
+    CHECK_OK(tide_create(&be, "leak_report:True", &t));
+    CHECK_OK(tide_history_start(t, 100, 0));
+    tide_set_tag("forgotten");
+    CHECK_OK(tide_malloc(t, 3000, 0, &p));
+    tide_set_tag(NULL);
+    destroy_and_capture(t, &s, text, sizeof text);
+    CHECK_STATUS(s, TIDE_EBUSY);
+    CHECK(strstr(text, "1 allocation still live") && strstr(text, "tag 'forgotten'"));
+    CHECK(held_by_device(sim) == 0);
+    tide_sim_destroy(sim);
+}
+
 /* ---- the ring ----------------------------------------------------------------------------------------------- */
 
 static void test_ring_keeps_the_newest(void)
@@ -295,5 +342,6 @@ int main(void)
     RUN(test_history_and_snapshot_agree_with_stats);
     RUN(test_leak_report_names_what_is_left);
     RUN(test_ring_keeps_the_newest);
+    RUN(test_leak_report_at_destroy);
     return HARNESS_EXIT();
 }

@@ -153,6 +153,41 @@ def test_training_step_and_cublas():
     tt.check()
 
 
+def test_snapshot_history_and_leak_report():
+    import pickle
+    import tempfile
+    torch.cuda.empty_cache()
+    tt.record_memory_history(max_entries=100000)
+    keep = torch.empty(5 << 20, dtype=torch.uint8, device="cuda")
+    for _ in range(3):
+        t = torch.randn(1024, 1024, device="cuda")
+        del t
+    snap = tt.memory_snapshot()
+    stats = tt.memory_stats()
+    segments = [s for s in snap["segments"] if s["device"] == torch.cuda.current_device()]
+    check(sum(s["total_size"] for s in segments) == stats["reserved_bytes.all.current"],
+          "memory_snapshot(): segments add up to reserved memory")
+    check(sum(s["allocated_size"] for s in segments) == stats["allocated_bytes.all.current"],
+          "memory_snapshot(): active blocks add up to allocated memory")
+    states = {b["state"] for s in segments for b in s["blocks"]}
+    check(states <= {"active_allocated", "active_pending_free", "inactive"} and "active_allocated" in states,
+          "memory_snapshot(): block states in PyTorch's words (%s)" % sorted(states))
+    trace = snap["device_traces"][torch.cuda.current_device()]
+    actions = [e["action"] for e in trace]
+    check(actions.count("alloc") == 4 and actions.count("free_requested") == 3 and
+          actions.count("free_completed") == 3, "device_traces: 4 allocs, 3 frees requested and completed "
+          "(%d entries)" % len(trace))
+    with tempfile.NamedTemporaryFile(suffix=".pickle") as f:
+        tt.dump_snapshot(f.name)
+        loaded = pickle.load(open(f.name, "rb"))
+    check(len(loaded["segments"]) == len(snap["segments"]), "dump_snapshot() writes a pickle that loads back")
+    report = tt.leak_report()
+    check("still live" in report and "5.0 MiB" in report, "leak_report() names the live tensor: %s" %
+          report.strip().splitlines()[-1].strip())
+    tt.record_memory_history(enabled=False)
+    del keep
+
+
 def main():
     test_enable_after_cuda_init_is_refused()
     t0 = time.time()
@@ -164,6 +199,7 @@ def main():
     test_statistics()
     test_out_of_memory_raises_torch_oom()
     test_training_step_and_cublas()
+    test_snapshot_history_and_leak_report()
     if failures:
         print("%d check(s) failed" % len(failures))
         return 1
