@@ -286,8 +286,10 @@ static void op_free(struct world *w)
     tide_status s = tide_free(w->t, b->p);
     /* With guard:True the free checks the canaries on the device; if the device fails that check (an
      * injected fault), the block is freed all the same and the call says so. */
-    if (s != TIDE_OK && !(s == TIDE_EDEVICE && strstr(tide_last_error(), "checking the block's guard")))
+    if (s != TIDE_OK && !(s == TIDE_EDEVICE && strstr(tide_last_error(), "checking the block's guard"))) {
+        fprintf(stderr, "tide_free returned %s\n", tide_status_name(s));
         die("tide_free of a live block failed", tide_last_error());
+    }
     b->live = false;
 }
 

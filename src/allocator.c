@@ -456,6 +456,7 @@ tide_status tide_free(tide_allocator *t, void *ptr)
                           "waiting for the device (pending free)", ptr);
     }
     tide_status guard = TIDE_OK;
+    char guard_message[512] = "";
     if (__builtin_expect(t->guard != 0, 0)) {
         /* The check waits for the device: not under the heap's lock. The block is looked up again
          * after it, as the program may (wrongly) free it from two threads at once. */
@@ -464,6 +465,8 @@ tide_status tide_free(tide_allocator *t, void *ptr)
         tide_stream stream = h->stream;
         heap_unlock(h);
         guard = verify_guards(t, ptr, addr, size, requested, stream);
+        if (guard != TIDE_OK) /* kept: the free below may meet device errors it absorbs, which leave words */
+            snprintf(guard_message, sizeof guard_message, "%s", tide_last_error());
         s = locate(t, (uintptr_t)ptr, "tide_free", &h, &b);
         if (s != TIDE_OK)
             return s;
@@ -475,7 +478,9 @@ tide_status tide_free(tide_allocator *t, void *ptr)
     s = lifecycle_free(h, b);
     heap_unlock(h);
     allocator_debug_check(t, 2, "tide_free");
-    return s != TIDE_OK ? s : guard;
+    if (s == TIDE_OK && guard != TIDE_OK)
+        return tide__fail(guard, "%s", guard_message);
+    return s;
 }
 
 tide_status tide_record_stream(tide_allocator *t, void *ptr, tide_stream stream)
