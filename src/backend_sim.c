@@ -51,6 +51,7 @@ struct sim_fence {
 struct sim_segment {
     uintptr_t addr;
     size_t size;
+    uint64_t id;                      /* unique: a segment reserved again at the same address is another */
 };
 
 struct fault_plan {
@@ -64,6 +65,7 @@ struct tide_sim {
     struct sim_stream **streams;      /* [0] is the default stream, handle 0 */
     uint32_t nstreams, streams_cap;
     struct sim_segment *segments;
+    uint64_t segment_ids;             /* the last id given */
     size_t nsegments, segments_cap;
     struct fault_plan faults[TIDE_SIM_OP_COUNT];
     uint64_t calls[TIDE_SIM_OP_COUNT], failures[TIDE_SIM_OP_COUNT];
@@ -348,7 +350,7 @@ static tide_status sim_reserve(void *ctx, size_t size, uintptr_t *out)
         tide_backend_error("sim: out of device memory");
         return TIDE_ENOMEM;
     }
-    sim->segments[sim->nsegments++] = (struct sim_segment){(uintptr_t)p, size};
+    sim->segments[sim->nsegments++] = (struct sim_segment){(uintptr_t)p, size, ++sim->segment_ids};
     sim->held += size;
     sim->held_segments++;
     pthread_mutex_unlock(&sim->lock);
@@ -467,15 +469,37 @@ static tide_status sim_mem_info(void *ctx, size_t *free_bytes, size_t *total_byt
 /* ---- fill and verify: the device writing and checking bytes, in order on a stream ------------------- */
 
 struct fill_work {
+    tide_sim *sim;
     uint8_t *p;
     size_t size;
     uint8_t value;
+    uint64_t segment;                 /* the id of the segment it writes into */
 };
 
+/* The segment holding [p, p+size), or NULL. Under the device's lock. */
+static const struct sim_segment *segment_holding(tide_sim *sim, uintptr_t p, size_t size)
+{
+    for (size_t i = 0; i < sim->nsegments; i++) {
+        const struct sim_segment *seg = &sim->segments[i];
+        if (p >= seg->addr && p + size <= seg->addr + seg->size)
+            return seg;
+    }
+    return NULL;
+}
+
+/* A real device finishes queued work before a free of its memory returns (cuMemFree synchronizes);
+ * here a release does not wait, so a fill still queued when its segment went back is dropped, also if
+ * the address was reserved again since: nobody can read the old segment's memory any more. Under the
+ * device's lock, so a release cannot unmap it meanwhile. */
 static void fill_run(void *arg)
 {
     struct fill_work *w = arg;
-    memset(w->p, w->value, w->size);
+    tide_sim *sim = w->sim;
+    pthread_mutex_lock(&sim->lock);
+    const struct sim_segment *seg = segment_holding(sim, (uintptr_t)w->p, w->size);
+    if (seg && seg->id == w->segment)
+        memset(w->p, w->value, w->size);
+    pthread_mutex_unlock(&sim->lock);
     free(w);
 }
 
@@ -487,7 +511,17 @@ static tide_status sim_fill(void *ctx, uintptr_t addr, size_t size, uint8_t valu
     struct fill_work *w = malloc(sizeof *w);
     if (!w)
         return TIDE_EHOSTMEM;
-    *w = (struct fill_work){(uint8_t *)addr, size, value};
+    pthread_mutex_lock(&sim->lock);
+    const struct sim_segment *seg = segment_holding(sim, addr, size);
+    uint64_t id = seg ? seg->id : 0;
+    pthread_mutex_unlock(&sim->lock);
+    if (!seg) {
+        free(w);
+        tide_backend_error("sim: fill of 0x%llx (%zu bytes), which is not in a segment it reserved",
+                           (unsigned long long)addr, size);
+        return TIDE_EINVAL;
+    }
+    *w = (struct fill_work){sim, (uint8_t *)addr, size, value, id};
     tide_status s = tide_sim_enqueue(sim, stream, 0, fill_run, w);
     if (s != TIDE_OK)
         free(w);
