@@ -134,10 +134,9 @@ static const char *current_tag(tide_allocator *t)
 
 /* ---- recording ----------------------------------------------------------------------------------------- */
 
-void history_record(struct history *hist, tide_allocator *t, uint32_t kind, tide_stream stream, uint64_t addr,
+void history_record(struct history *hist, uint32_t kind, tide_stream stream, uint64_t addr,
                     uint64_t size, const char *tag)
 {
-    (void)t;
     uint64_t seq = atomic_fetch_add_explicit(&hist->next_seq, 1, memory_order_relaxed);
     size_t index = (size_t)seq & (hist->capacity - 1);
     struct slot *slot = &hist->slots[index];
@@ -168,7 +167,7 @@ void history_on_alloc(struct history *hist, tide_allocator *t, struct block *b, 
 {
     b->tag = current_tag(t);
     b->site = site;
-    history_record(hist, t, TIDE_EVENT_ALLOC, stream, b->addr + t->guard, size, b->tag);
+    history_record(hist, TIDE_EVENT_ALLOC, stream, b->addr + t->guard, size, b->tag);
 }
 
 /* ---- start, stop, read ------------------------------------------------------------------------------ */
@@ -233,7 +232,7 @@ tide_status tide_annotate(tide_allocator *t, const char *text)
     pthread_mutex_unlock(&t->history_lock);
     if (!copy)
         return tide__fail(TIDE_EHOSTMEM, "tide_annotate: out of host memory");
-    history_record(hist, t, TIDE_EVENT_ANNOTATION, 0, 0, 0, copy);
+    history_record(hist, TIDE_EVENT_ANNOTATION, 0, 0, 0, copy);
     return TIDE_OK;
 }
 

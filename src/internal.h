@@ -489,13 +489,13 @@ static inline size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * 
 struct history;
 #define HISTORY_COMPLETED_AT_ONCE 0x100u /* with FREE_REQUESTED: the free completed in the same call */
 /* Records an event if a history is on: one branch when it is off. */
-void history_record(struct history *hist, tide_allocator *t, uint32_t kind, tide_stream stream, uint64_t addr,
+void history_record(struct history *hist, uint32_t kind, tide_stream stream, uint64_t addr,
                     uint64_t size, const char *tag);
 #define HISTORY_EVENT(t, kind, stream, addr, size)                                                  \
     do {                                                                                           \
         struct history *h_ = atomic_load_explicit(&(t)->history, memory_order_acquire);            \
         if (__builtin_expect(h_ != NULL, 0))                                                       \
-            history_record(h_, (t), (kind), (stream), (addr), (size), NULL);                       \
+            history_record(h_, (kind), (stream), (addr), (size), NULL);                       \
     } while (0)
 /* With a history on: the tag and call site of a new ACTIVE block, and its alloc event. */
 void history_on_alloc(struct history *hist, tide_allocator *t, struct block *b, tide_stream stream,

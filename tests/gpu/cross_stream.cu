@@ -16,16 +16,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda_check.h"
 #include "tidepool.h"
 
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define TIDE_OK_OR_DIE(call)                                                                       \
     do {                                                                                           \

@@ -15,18 +15,11 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda_check.h"
 #include "tidepool.h"
 
 static int failures;
 
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define EXPECT(cond)                                                                               \
     do {                                                                                           \
