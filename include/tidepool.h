@@ -46,6 +46,19 @@
  *   mark rises instead; so a training loop's steady state makes no driver calls at all.
  *   tide_empty_cache resets the mark to what stays reserved. Config key trim_on_growth turns this off.
  *
+ * SEGMENTS THAT GROW (expandable_segments:True)
+ *   Each stream reserves, per pool, an address range as large as the device (no memory behind it) and
+ *   maps device memory into it in pages (2 MiB on today's GPUs) as it needs them. A segment is then a
+ *   run of mapped pages: when nothing cached fits a request, the run whose free tail is largest grows
+ *   by just the pages the request lacks, so its free tail is used and no 20 MiB segment is rounded up
+ *   to. Memory comes back page by page: any page that lies wholly inside a free block can be unmapped,
+ *   even in a run that other blocks still use (the run splits in two), so cached memory never stays
+ *   pinned by one small live block. Pages holding any part of an ACTIVE or PENDING block stay mapped;
+ *   a stream's pages are its own, so a page never holds two streams' blocks. tide_empty_cache and
+ *   tide_trim unmap every page they can; growing past the most ever reserved first unmaps free pages
+ *   elsewhere (see HOLDING MEMORY). Statistics count mapped bytes as reserved, runs as segments, and
+ *   each map and unmap as a device allocation or free.
+ *
  * MEMORY PRESSURE
  *   A limit (config key "limit", or tide_set_limit) that reserved memory never exceeds. Below it, an
  *   optional garbage-collection threshold ("garbage_collection_threshold") at which the oldest cached
@@ -73,7 +86,8 @@
  *     debug:L                         0: off (default). 1: run tide_check after every call that reserves
  *                                     or releases segments. 2: run tide_check after every call. A failed
  *                                     check prints the problem to stderr and aborts.
- *     expandable_segments:B           False only, for now (True is reserved for segments that grow).
+ *     expandable_segments:B           True: segments that grow and shrink (see SEGMENTS THAT GROW).
+ *                                     Needs a backend with virtual memory (sim, cuda). Default False.
  *     scrub:B                         True: zero every block before it is handed out, on its stream
  *                                     and without waiting (the backend's fill), so no owner reads the
  *                                     last owner's data. For devices shared between tenants. Default
@@ -205,6 +219,20 @@ typedef struct tide_backend {
     tide_status (*fill)(void *ctx, uintptr_t addr, size_t size, uint8_t value, tide_stream stream);
     tide_status (*verify)(void *ctx, uintptr_t addr, size_t size, uint8_t value, tide_stream stream,
                           size_t *first_bad);
+
+    /* Optional; the config key expandable_segments:True needs them all. Virtual memory: an address
+     * range is reserved once (no memory behind it), and physical memory is mapped into it and unmapped
+     * again in pages of page_size bytes (a multiple of 2 MiB), each page on its own, so that any page
+     * can be unmapped without touching its neighbours. va_reserve returns a range aligned to
+     * page_size. map puts device memory behind [addr, addr + size) (whole pages, not mapped yet),
+     * readable and writable by the device; TIDE_ENOMEM if the device has too little, and then nothing
+     * is mapped. unmap takes it away again (whole pages, all mapped); the device must have finished
+     * with it. va_release gives back a range with nothing mapped in it. */
+    size_t page_size;
+    tide_status (*va_reserve)(void *ctx, size_t size, uintptr_t *out_addr);
+    tide_status (*va_release)(void *ctx, uintptr_t addr, size_t size);
+    tide_status (*map)(void *ctx, uintptr_t addr, size_t size);
+    tide_status (*unmap)(void *ctx, uintptr_t addr, size_t size);
 } tide_backend;
 
 /* Gives back what a backend owns (its close function), if tide_create has not taken it over. */
@@ -495,6 +523,10 @@ typedef enum tide_sim_op {
     TIDE_SIM_MEM_INFO,
     TIDE_SIM_FILL,
     TIDE_SIM_VERIFY,
+    TIDE_SIM_VA_RESERVE,
+    TIDE_SIM_VA_RELEASE,
+    TIDE_SIM_MAP,
+    TIDE_SIM_UNMAP,
     TIDE_SIM_OP_COUNT
 } tide_sim_op;
 TIDE_API void tide_sim_inject_fault(tide_sim *sim, tide_sim_op op, uint32_t skip, uint32_t count);
@@ -503,8 +535,10 @@ TIDE_API void tide_sim_inject_fault(tide_sim *sim, tide_sim_op op, uint32_t skip
 typedef struct tide_sim_counters {
     uint64_t calls[TIDE_SIM_OP_COUNT];
     uint64_t failures[TIDE_SIM_OP_COUNT];
-    uint64_t held_bytes;       /* reserved and not yet released */
-    uint64_t held_segments;
+    uint64_t held_bytes;       /* reserved or mapped, and not yet released or unmapped */
+    uint64_t held_segments;    /* reserved segments (reserve) */
+    uint64_t mapped_pages;     /* pages mapped (map), each page_size bytes; counted in held_bytes */
+    uint64_t va_ranges;        /* address ranges reserved (va_reserve) and not yet released */
     uint64_t live_fences;      /* created and not yet destroyed */
 } tide_sim_counters;
 TIDE_API void tide_sim_get_counters(tide_sim *sim, tide_sim_counters *out);

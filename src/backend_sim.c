@@ -4,6 +4,10 @@
  * Memory is real host memory, one anonymous mapping per segment with MAP_NORESERVE, so a simulated
  * 80 GiB device costs nothing until touched, tests can write and check data in blocks, and a segment
  * released to the device is unmapped (a later touch faults, as a use of freed device memory should).
+ * Virtual memory (expandable segments) is emulated the same way: an address range is an inaccessible
+ * mapping, and mapping a page makes it readable and writable; unmapping one discards its contents and
+ * makes it inaccessible again. The device holds each page on its own, as CUDA does, so it refuses to
+ * map a page twice, to unmap one that is not mapped, and to release a range with pages still mapped.
  *
  * Each stream is a worker thread that runs queued work in order, each item no sooner than its delay
  * after it was queued. A fence records how many items its stream had been given; it signals once the
@@ -54,6 +58,14 @@ struct sim_segment {
     uint64_t id;                      /* unique: a segment reserved again at the same address is another */
 };
 
+#define SIM_PAGE_SIZE (2 * MiB)
+
+struct sim_vrange {                   /* an address range reserved by va_reserve */
+    uintptr_t addr;
+    size_t size;
+    uint64_t *page_ids;               /* per page: the id of its mapping, 0 if not mapped */
+};
+
 struct fault_plan {
     uint32_t skip, count;
 };
@@ -65,15 +77,18 @@ struct tide_sim {
     struct sim_stream **streams;      /* [0] is the default stream, handle 0 */
     uint32_t nstreams, streams_cap;
     struct sim_segment *segments;
-    uint64_t segment_ids;             /* the last id given */
+    uint64_t segment_ids;             /* the last id given, to a segment or a page's mapping */
     size_t nsegments, segments_cap;
+    struct sim_vrange *vranges;
+    size_t nvranges, vranges_cap;
+    uint64_t mapped_pages;
     struct fault_plan faults[TIDE_SIM_OP_COUNT];
     uint64_t calls[TIDE_SIM_OP_COUNT], failures[TIDE_SIM_OP_COUNT];
 };
 
 static const char *op_names[TIDE_SIM_OP_COUNT] = {
     "reserve", "release", "fence_create", "fence_record", "fence_query", "synchronize", "mem_info",
-    "fill", "verify",
+    "fill", "verify", "va_reserve", "va_release", "map", "unmap",
 };
 
 const char *tide_sim_op_name(tide_sim_op op)
@@ -119,6 +134,8 @@ void tide_sim_get_counters(tide_sim *sim, tide_sim_counters *out)
     memcpy(out->failures, sim->failures, sizeof out->failures);
     out->held_bytes = sim->held;
     out->held_segments = sim->held_segments;
+    out->mapped_pages = sim->mapped_pages;
+    out->va_ranges = sim->nvranges;
     out->live_fences = sim->live_fences;
     pthread_mutex_unlock(&sim->lock);
 }
@@ -473,18 +490,36 @@ struct fill_work {
     uint8_t *p;
     size_t size;
     uint8_t value;
-    uint64_t segment;                 /* the id of the segment it writes into */
+    uint64_t stamp;                   /* the last segment or mapping id when it was queued */
 };
 
-/* The segment holding [p, p+size), or NULL. Under the device's lock. */
-static const struct sim_segment *segment_holding(tide_sim *sim, uintptr_t p, size_t size)
+static struct sim_vrange *vrange_holding(tide_sim *sim, uintptr_t p, size_t size)
+{
+    for (size_t i = 0; i < sim->nvranges; i++) {
+        struct sim_vrange *r = &sim->vranges[i];
+        if (p >= r->addr && p + size <= r->addr + r->size)
+            return &sim->vranges[i];
+    }
+    return NULL;
+}
+
+/* Whether [p, p+size) lies in one reserved segment, or in mapped pages of one range, that existed
+ * already when the id counter stood at stamp (so not reserved or mapped again since). Under the
+ * device's lock. */
+static bool held_since(tide_sim *sim, uintptr_t p, size_t size, uint64_t stamp)
 {
     for (size_t i = 0; i < sim->nsegments; i++) {
         const struct sim_segment *seg = &sim->segments[i];
         if (p >= seg->addr && p + size <= seg->addr + seg->size)
-            return seg;
+            return seg->id <= stamp;
     }
-    return NULL;
+    const struct sim_vrange *r = vrange_holding(sim, p, size);
+    if (!r || size == 0)
+        return false;
+    for (size_t pg = (p - r->addr) / SIM_PAGE_SIZE; pg <= (p + size - 1 - r->addr) / SIM_PAGE_SIZE; pg++)
+        if (!r->page_ids[pg] || r->page_ids[pg] > stamp)
+            return false;
+    return true;
 }
 
 /* A real device finishes queued work before a free of its memory returns (cuMemFree synchronizes);
@@ -496,8 +531,7 @@ static void fill_run(void *arg)
     struct fill_work *w = arg;
     tide_sim *sim = w->sim;
     pthread_mutex_lock(&sim->lock);
-    const struct sim_segment *seg = segment_holding(sim, (uintptr_t)w->p, w->size);
-    if (seg && seg->id == w->segment)
+    if (held_since(sim, (uintptr_t)w->p, w->size, w->stamp))
         memset(w->p, w->value, w->size);
     pthread_mutex_unlock(&sim->lock);
     free(w);
@@ -512,16 +546,17 @@ static tide_status sim_fill(void *ctx, uintptr_t addr, size_t size, uint8_t valu
     if (!w)
         return TIDE_EHOSTMEM;
     pthread_mutex_lock(&sim->lock);
-    const struct sim_segment *seg = segment_holding(sim, addr, size);
-    uint64_t id = seg ? seg->id : 0;
+    bool held = held_since(sim, addr, size, UINT64_MAX);
+    uint64_t stamp = sim->segment_ids;
     pthread_mutex_unlock(&sim->lock);
-    if (!seg) {
+    if (!held) {
         free(w);
-        tide_backend_error("sim: fill of 0x%llx (%zu bytes), which is not in a segment it reserved",
+        tide_backend_error("sim: fill of 0x%llx (%zu bytes), which is not in a segment it reserved "
+                           "or in pages it mapped",
                            (unsigned long long)addr, size);
         return TIDE_EINVAL;
     }
-    *w = (struct fill_work){sim, (uint8_t *)addr, size, value, id};
+    *w = (struct fill_work){sim, (uint8_t *)addr, size, value, stamp};
     tide_status s = tide_sim_enqueue(sim, stream, 0, fill_run, w);
     if (s != TIDE_OK)
         free(w);
@@ -546,6 +581,160 @@ static tide_status sim_verify(void *ctx, uintptr_t addr, size_t size, uint8_t va
     return TIDE_OK;
 }
 
+/* ---- virtual memory ---------------------------------------------------------------------------------- */
+
+static tide_status sim_va_reserve(void *ctx, size_t size, uintptr_t *out)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_VA_RESERVE))
+        return TIDE_ENOMEM;
+    if (size == 0 || size % SIM_PAGE_SIZE) {
+        tide_backend_error("sim: va_reserve of %zu bytes, not a multiple of the page size", size);
+        return TIDE_EINVAL;
+    }
+    uint64_t *ids = calloc(size / SIM_PAGE_SIZE, sizeof *ids);
+    /* Inaccessible until mapped; over-reserved by a page so that it can be aligned to one. */
+    void *p = ids ? mmap(NULL, size + SIM_PAGE_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                         -1, 0)
+                  : MAP_FAILED;
+    if (p == MAP_FAILED) {
+        free(ids);
+        tide_backend_error("sim: reserving an address range of %zu bytes failed", size);
+        return TIDE_ENOMEM;
+    }
+    uintptr_t raw = (uintptr_t)p, addr = round_up(raw, SIM_PAGE_SIZE);
+    if (addr > raw)
+        munmap(p, addr - raw);
+    munmap((void *)(addr + size), raw + SIM_PAGE_SIZE - addr);
+    pthread_mutex_lock(&sim->lock);
+    if (sim->nvranges == sim->vranges_cap) {
+        size_t cap = sim->vranges_cap ? 2 * sim->vranges_cap : 8;
+        struct sim_vrange *grown = realloc(sim->vranges, cap * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&sim->lock);
+            munmap((void *)addr, size);
+            free(ids);
+            tide_backend_error("sim: out of host memory to track an address range");
+            return TIDE_EHOSTMEM;
+        }
+        sim->vranges = grown;
+        sim->vranges_cap = cap;
+    }
+    sim->vranges[sim->nvranges++] = (struct sim_vrange){addr, size, ids};
+    pthread_mutex_unlock(&sim->lock);
+    *out = addr;
+    return TIDE_OK;
+}
+
+static tide_status sim_va_release(void *ctx, uintptr_t addr, size_t size)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_VA_RELEASE))
+        return TIDE_EDEVICE;
+    pthread_mutex_lock(&sim->lock);
+    struct sim_vrange *r = vrange_holding(sim, addr, size);
+    if (!r || r->addr != addr || r->size != size) {
+        pthread_mutex_unlock(&sim->lock);
+        tide_backend_error("sim: va_release of 0x%llx (%zu bytes), which is not a range it reserved",
+                           (unsigned long long)addr, size);
+        return TIDE_EINVAL;
+    }
+    size_t mapped = 0;
+    for (size_t pg = 0; pg < size / SIM_PAGE_SIZE; pg++)
+        mapped += r->page_ids[pg] != 0;
+    if (mapped) {
+        pthread_mutex_unlock(&sim->lock);
+        tide_backend_error("sim: va_release of 0x%llx with %zu pages still mapped", (unsigned long long)addr,
+                           mapped);
+        return TIDE_EINVAL;
+    }
+    free(r->page_ids);
+    *r = sim->vranges[--sim->nvranges];
+    pthread_mutex_unlock(&sim->lock);
+    munmap((void *)addr, size);
+    return TIDE_OK;
+}
+
+/* The range's pages for [addr, addr+size), if it is whole pages of one range, all mapped (want_mapped)
+ * or all not. Under the device's lock; sets the backend message otherwise. */
+static struct sim_vrange *pages_of(tide_sim *sim, const char *op, uintptr_t addr, size_t size,
+                                   bool want_mapped, size_t *first, size_t *count)
+{
+    struct sim_vrange *r = vrange_holding(sim, addr, size);
+    if (!r || size == 0 || (addr - r->addr) % SIM_PAGE_SIZE || size % SIM_PAGE_SIZE) {
+        tide_backend_error("sim: %s of 0x%llx (%zu bytes): not whole pages of a reserved address range",
+                           op, (unsigned long long)addr, size);
+        return NULL;
+    }
+    *first = (addr - r->addr) / SIM_PAGE_SIZE;
+    *count = size / SIM_PAGE_SIZE;
+    for (size_t pg = *first; pg < *first + *count; pg++)
+        if ((r->page_ids[pg] != 0) != want_mapped) {
+            tide_backend_error("sim: %s of 0x%llx (%zu bytes): the page at 0x%llx is %s", op,
+                               (unsigned long long)addr, size,
+                               (unsigned long long)(r->addr + pg * SIM_PAGE_SIZE),
+                               want_mapped ? "not mapped" : "mapped already");
+            return NULL;
+        }
+    return r;
+}
+
+static tide_status sim_map(void *ctx, uintptr_t addr, size_t size)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_MAP))
+        return TIDE_ENOMEM;
+    size_t first, count;
+    pthread_mutex_lock(&sim->lock);
+    struct sim_vrange *r = pages_of(sim, "map", addr, size, false, &first, &count);
+    if (!r) {
+        pthread_mutex_unlock(&sim->lock);
+        return TIDE_EINVAL;
+    }
+    if (size > sim->total - sim->held) {
+        char a[32], f[32];
+        uint64_t free_now = sim->total - sim->held;
+        pthread_mutex_unlock(&sim->lock);
+        tide_backend_error("sim: out of device memory: %s asked, %s free", format_bytes(size, a),
+                           format_bytes(free_now, f));
+        return TIDE_ENOMEM;
+    }
+    if (mprotect((void *)addr, size, PROT_READ | PROT_WRITE) != 0) {
+        pthread_mutex_unlock(&sim->lock);
+        tide_backend_error("sim: mprotect of %zu bytes failed: %s", size, strerror(errno));
+        return TIDE_ENOMEM;
+    }
+    for (size_t pg = first; pg < first + count; pg++)
+        r->page_ids[pg] = ++sim->segment_ids;
+    sim->held += size;
+    sim->mapped_pages += count;
+    pthread_mutex_unlock(&sim->lock);
+    return TIDE_OK;
+}
+
+static tide_status sim_unmap(void *ctx, uintptr_t addr, size_t size)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_UNMAP))
+        return TIDE_EDEVICE;
+    size_t first, count;
+    pthread_mutex_lock(&sim->lock);
+    struct sim_vrange *r = pages_of(sim, "unmap", addr, size, true, &first, &count);
+    if (!r) {
+        pthread_mutex_unlock(&sim->lock);
+        return TIDE_EINVAL;
+    }
+    /* The contents go, and a later touch faults: a use of unmapped memory shows at once. */
+    madvise((void *)addr, size, MADV_DONTNEED);
+    mprotect((void *)addr, size, PROT_NONE);
+    for (size_t pg = first; pg < first + count; pg++)
+        r->page_ids[pg] = 0;
+    sim->held -= size;
+    sim->mapped_pages -= count;
+    pthread_mutex_unlock(&sim->lock);
+    return TIDE_OK;
+}
+
 tide_backend tide_sim_backend(tide_sim *sim)
 {
     tide_backend b;
@@ -564,6 +753,11 @@ tide_backend tide_sim_backend(tide_sim *sim)
     b.mem_info = sim_mem_info;
     b.fill = sim_fill;
     b.verify = sim_verify;
+    b.page_size = SIM_PAGE_SIZE;
+    b.va_reserve = sim_va_reserve;
+    b.va_release = sim_va_release;
+    b.map = sim_map;
+    b.unmap = sim_unmap;
     return b;
 }
 
@@ -615,6 +809,11 @@ void tide_sim_destroy(tide_sim *sim)
     for (size_t i = 0; i < sim->nsegments; i++)
         munmap((void *)sim->segments[i].addr, sim->segments[i].size);
     free(sim->segments);
+    for (size_t i = 0; i < sim->nvranges; i++) {
+        munmap((void *)sim->vranges[i].addr, sim->vranges[i].size);
+        free(sim->vranges[i].page_ids);
+    }
+    free(sim->vranges);
     free(sim->streams);
     pthread_mutex_destroy(&sim->lock);
     free(sim);
