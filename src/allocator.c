@@ -177,6 +177,17 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
         return tide__fail(TIDE_EUNSUPPORTED, "tide_create: guard:True needs a backend with a verify "
                           "function, and the %s backend has none", backend->name ? backend->name : "(unnamed)");
 
+    bool has_vm = backend->struct_size > offsetof(tide_backend, unmap) && backend->va_reserve &&
+                  backend->va_release && backend->map && backend->unmap;
+    if (conf.expandable_segments && !has_vm)
+        return tide__fail(TIDE_EUNSUPPORTED, "tide_create: expandable_segments:True needs a backend with "
+                          "virtual memory (va_reserve, va_release, map, unmap), and the %s backend has "
+                          "none", backend->name ? backend->name : "(unnamed)");
+    if (conf.expandable_segments && (backend->page_size == 0 || backend->page_size % TIDE_SEGMENT_GRANULE))
+        return tide__fail(TIDE_EUNSUPPORTED, "tide_create: expandable_segments:True: the %s backend's "
+                          "page size (%zu bytes) is not a multiple of 2 MiB",
+                          backend->name ? backend->name : "(unnamed)", backend->page_size);
+
     size_t dev_free = 0, dev_total = 0;
     tide__clear_backend_message();
     s = backend->mem_info(backend->ctx, &dev_free, &dev_total);
@@ -308,7 +319,7 @@ static tide_status locate(tide_allocator *t, uintptr_t user, const char *verb, s
     for (int attempt = 0; attempt < 2; attempt++) {
         struct segment *seg = segment_map_find(&t->segmap, addr);
         if (!seg)
-            break;
+            continue; /* a run of pages may be changing hands (expandable.c): look once more */
         struct heap *h = atomic_load_explicit(&seg->heap, memory_order_acquire);
         if (!h)
             continue;
@@ -402,7 +413,7 @@ tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream,
         return tide__fail(TIDE_ENOMEM, "out of memory: asked %s, more than the device's total memory "
                           "(%s)", format_bytes(size, a), format_bytes(t->device_total, b_));
     size_t rounded = round_up(size, TIDE_UNIT) + 2 * t->guard;
-    enum pool_kind pool = pool_for_size(rounded);
+    enum pool_kind pool = pool_for_size(t, rounded);
     struct heap *h;
     tide_status s = heap_for_stream(t, stream, &h);
     if (s != TIDE_OK)

@@ -144,21 +144,56 @@ static int64_t split_free_bytes(const struct segment *seg)
     return bytes;
 }
 
+/* Expandable segments: each arena's runs lie inside it, in whole pages, by address, without overlap
+ * (so no page is mapped twice), each naming the arena, the heap and the pool; and every run of the
+ * heap is in an arena. Returns the number of runs found. */
+static size_t check_arenas(struct checker *c, tide_allocator *t, struct heap *h)
+{
+    size_t runs = 0, page = t->backend.page_size;
+    for (int pool = 0; pool < POOL_KINDS; pool++)
+        for (struct arena *a = h->arenas[pool]; a; a = a->next) {
+            uintptr_t last_end = a->base;
+            for (struct segment *r = a->runs; r; r = r->run_next) {
+                unsigned long long base = r->base;
+                if (r->arena != a || r->pool != a->pool || atomic_load(&r->heap) != h)
+                    problem(c, "run 0x%llx is in an arena of stream 0x%llx but names another arena, "
+                            "pool or heap", base, (unsigned long long)h->stream);
+                if (!page || r->base % page || r->size % page)
+                    problem(c, "run 0x%llx of %zu bytes is not made of whole pages", base, r->size);
+                if (r->base < last_end)
+                    problem(c, "run 0x%llx overlaps the run before it, or is out of address order", base);
+                if (r->base + r->size > a->base + a->size)
+                    problem(c, "run 0x%llx reaches past the end of its arena", base);
+                last_end = r->base + r->size;
+                if (r->run_next && r->run_next->run_prev != r)
+                    problem(c, "the runs after 0x%llx are not linked both ways", base);
+                if (++runs > (1u << 30))
+                    return runs;
+            }
+        }
+    return runs;
+}
+
 static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int64_t *reserved)
 {
     struct tally tl[POOL_KINDS];
     memset(tl, 0, sizeof tl);
-    size_t segments = 0;
+    size_t segments = 0, runs = 0;
     for (struct segment *seg = h->segments; seg; seg = seg->next) {
         if (seg->pool >= POOL_KINDS) {
             problem(c, "segment 0x%llx is in no pool", (unsigned long long)seg->base);
             continue;
         }
+        runs += seg->arena != NULL;
         check_segment(c, t, h, seg, &tl[seg->pool]);
         tl[seg->pool].inactive_split += split_free_bytes(seg);
         if (++segments > (1u << 30))
             break;
     }
+    size_t in_arenas = check_arenas(c, t, h);
+    if (in_arenas != runs)
+        problem(c, "stream 0x%llx has %zu runs of pages, and its arenas list %zu",
+                (unsigned long long)h->stream, runs, in_arenas);
 
     /* Lists and indexes hold exactly what the walk found. */
     for (int p = 0; p < POOL_KINDS; p++)

@@ -186,15 +186,8 @@ static tide_status apply(struct tide_config *c, const char *origin, const char *
             return bad_value(origin, k, klen, v, vlen, "0, 1 or 2");
         c->debug = (int)level;
     } else if (equals(k, klen, "expandable_segments")) {
-        bool on;
-        if (!parse_bool(v, vlen, &on))
+        if (!parse_bool(v, vlen, &c->expandable_segments))
             return bad_value(origin, k, klen, v, vlen, "True or False");
-        if (on)
-            return tide__fail(TIDE_EUNSUPPORTED,
-                              "%s: expandable_segments:True is not supported yet; segments are fixed "
-                              "in size (leave the key out or set it to False)",
-                              origin);
-        c->expandable_segments = false;
     } else {
         return tide__fail(TIDE_EINVAL, "%s: unknown key '%.*s' (known keys: " KEY_LIST ")", origin,
                           (int)klen, k);

@@ -190,7 +190,12 @@ static bool worth_splitting(const struct block *b, size_t rounded, size_t oversi
     if (b->seg->pool == POOL_SMALL)
         return rest >= TIDE_UNIT;
     /* Oversize blocks stay whole, as max_split_size_mb promises. */
-    return b->size < oversize_min && rest > TIDE_LARGE_SPLIT_MIN_REST;
+    if (b->size >= oversize_min)
+        return false;
+    /* In a run of pages every size shares the pool (pool_for_size), so any rest can serve a later
+     * request, and its whole pages can be unmapped; in a reserved segment a small rest would only
+     * fragment the large pool. */
+    return b->seg->arena ? rest >= TIDE_UNIT : rest > TIDE_LARGE_SPLIT_MIN_REST;
 }
 
 /* Makes the FREE block b ACTIVE for rounded bytes, splitting off the rest if worth it. */
@@ -243,6 +248,12 @@ struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded,
     struct block *b = free_index_find(&h->free[pool], rounded, h->owner->conf.max_split_size);
     if (!b)
         return NULL;
+    return take_block(h, b, rounded, requested, status);
+}
+
+struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, size_t requested,
+                              tide_status *status)
+{
     return take_block(h, b, rounded, requested, status);
 }
 
@@ -341,4 +352,195 @@ struct block *segment_block_at(struct segment *seg, uintptr_t addr)
         if (addr >= b->addr && addr < b->addr + b->size)
             return b;
     return NULL;
+}
+
+/* ---- runs of mapped pages (expandable segments) ---------------------------------------------------- */
+/*
+ * Runs grow, shrink, split and merge only by FREE bytes, so ACTIVE and PENDING blocks (and the
+ * allocated, pending and active statistics) never move. What does move is how a run's bytes count:
+ * reserved, segments, cached, and whether its FREE bytes are releasable (a wholly free run) or split
+ * cache. Each operation takes a run's whole contribution out before and puts it back after, from a walk
+ * of its blocks; these are slow paths beside a driver call.
+ */
+
+struct block *segment_last_block(const struct segment *seg)
+{
+    struct block *b = seg->first;
+    while (b && b->next)
+        b = b->next;
+    return b;
+}
+
+static bool wholly_free(const struct segment *seg)
+{
+    return seg->first && seg->first->state == BLOCK_FREE && seg->first->size == seg->size;
+}
+
+static void run_stats(struct heap *h, struct segment *seg, bool adding)
+{
+    int64_t size = (int64_t)seg->size, free_bytes = 0;
+    for (const struct block *b = seg->first; b; b = b->next)
+        if (b->state == BLOCK_FREE)
+            free_bytes += (int64_t)b->size;
+    bool whole = wholly_free(seg);
+    enum pool_kind pool = (enum pool_kind)seg->pool; /* BOTH's argument must be called pool */
+    BOTH(&h->stats, pool, p, {
+        if (adding) {
+            rise(&p->reserved, size);
+            rise(&p->segment, 1);
+            rise(&p->cached, free_bytes);
+            if (whole)
+                p->idle += size;
+            else
+                rise(&p->inactive_split, free_bytes);
+        } else {
+            fall(&p->reserved, size);
+            fall(&p->segment, 1);
+            fall(&p->cached, free_bytes);
+            if (whole)
+                p->idle -= size;
+            else
+                fall(&p->inactive_split, free_bytes);
+        }
+    });
+}
+
+/* A run is on the idle list exactly when it is wholly free. */
+static void run_refresh_idle(struct heap *h, struct segment *seg)
+{
+    bool whole = wholly_free(seg);
+    if (whole && !seg->idle)
+        idle_append(h, seg);
+    else if (!whole && seg->idle)
+        idle_unlink(h, seg);
+}
+
+tide_status heap_extend_run(struct heap *h, struct segment *seg, size_t extra)
+{
+    struct block *tail = segment_last_block(seg);
+    struct block *added = NULL;
+    if (tail->state != BLOCK_FREE && !(added = block_new(h)))
+        return tide__fail(TIDE_EHOSTMEM, "out of host memory for a block");
+    struct free_index *fi = &h->free[seg->pool];
+    run_stats(h, seg, false);
+    if (added) {
+        added->seg = seg;
+        added->addr = seg->base + seg->size;
+        added->size = extra;
+        added->state = BLOCK_FREE;
+        added->prev = tail;
+        tail->next = added;
+        free_index_insert(fi, added);
+    } else {
+        free_index_remove(fi, tail);
+        tail->size += extra;
+        free_index_insert(fi, tail);
+    }
+    seg->size += extra;
+    run_stats(h, seg, true);
+    run_refresh_idle(h, seg);
+    return TIDE_OK;
+}
+
+void heap_merge_runs(struct heap *h, struct segment *lo, struct segment *hi)
+{
+    struct free_index *fi = &h->free[lo->pool];
+    run_stats(h, lo, false);
+    run_stats(h, hi, false);
+    if (hi->idle)
+        idle_unlink(h, hi);
+    struct block *tail = segment_last_block(lo), *head = hi->first;
+    for (struct block *b = head; b; b = b->next)
+        b->seg = lo;
+    tail->next = head;
+    head->prev = tail;
+    lo->size += hi->size;
+    if (tail->state == BLOCK_FREE && head->state == BLOCK_FREE) {
+        free_index_remove(fi, tail);
+        free_index_remove(fi, head);
+        tail->size += head->size;
+        tail->next = head->next;
+        if (head->next)
+            head->next->prev = tail;
+        block_recycle(h, head);
+        free_index_insert(fi, tail);
+    }
+    hi->first = NULL;
+    segment_unlink(h, hi);
+    atomic_store_explicit(&hi->heap, NULL, memory_order_release);
+    run_stats(h, lo, true);
+    run_refresh_idle(h, lo);
+}
+
+tide_status heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uintptr_t hi,
+                             struct segment *upper, struct segment *carved, bool *kept_lower,
+                             bool *used_upper)
+{
+    struct segment *seg = b->seg;
+    struct free_index *fi = &h->free[seg->pool];
+    uintptr_t end = seg->base + seg->size, b_end = b->addr + b->size;
+    bool has_lower = lo > seg->base, has_upper = hi < end;
+    /* What is left of b below lo stays b; what is left above hi is b too if nothing is left below. */
+    struct block *below = b->prev, *above = b->next, *rest_high = NULL;
+    if (b_end > hi && !(rest_high = b->addr < lo ? block_new(h) : b))
+        return tide__fail(TIDE_EHOSTMEM, "out of host memory for a block");
+    run_stats(h, seg, false);
+    if (seg->idle)
+        idle_unlink(h, seg);
+    free_index_remove(fi, b);
+
+    if (b->addr < lo) {
+        b->size = lo - b->addr;
+        free_index_insert(fi, b);
+        below = b;
+    } else if (rest_high != b) {
+        block_recycle(h, b);
+    }
+    if (rest_high) {
+        rest_high->seg = upper;
+        rest_high->addr = hi;
+        rest_high->size = b_end - hi;
+        rest_high->state = BLOCK_FREE;
+        rest_high->next = above;
+        if (above)
+            above->prev = rest_high;
+        above = rest_high;
+        free_index_insert(fi, rest_high);
+    }
+    if (below)
+        below->next = NULL;
+    if (above)
+        above->prev = NULL;
+
+    carved->base = lo;
+    carved->size = hi - lo;
+    carved->pool = seg->pool;
+    carved->arena = seg->arena;
+    carved->first = NULL;
+    atomic_store_explicit(&carved->heap, NULL, memory_order_relaxed);
+
+    if (has_upper) {
+        upper->base = hi;
+        upper->size = end - hi;
+        upper->pool = seg->pool;
+        upper->arena = seg->arena;
+        upper->first = above;
+        for (struct block *x = above; x; x = x->next)
+            x->seg = upper;
+        atomic_store_explicit(&upper->heap, h, memory_order_release);
+        segment_link(h, upper);
+        run_stats(h, upper, true);
+        run_refresh_idle(h, upper);
+    }
+    if (has_lower) {
+        seg->size = lo - seg->base;
+        run_stats(h, seg, true);
+        run_refresh_idle(h, seg);
+    } else {
+        seg->first = NULL;
+        segment_unlink(h, seg);
+    }
+    *kept_lower = has_lower;
+    *used_upper = has_upper;
+    return TIDE_OK;
 }

@@ -72,6 +72,7 @@ enum block_state { BLOCK_FREE = 0, BLOCK_ACTIVE = 1, BLOCK_PENDING = 2 };
 
 struct heap;
 struct segment;
+struct arena;
 
 /* A heap's lock. Its critical sections are short and never wait for the device, so a spin (then a
  * yield, should the holder have been preempted) costs less than a mutex's two atomic operations and
@@ -112,7 +113,9 @@ struct block {
     void *site;                       /* ACTIVE, while a history is on: where tide_malloc was called */
 };
 
-/* A segment: one reservation from the backend, owned by one heap and one pool for its whole life. */
+/* A segment: one reservation from the backend, owned by one heap and one pool for its whole life; or,
+ * with expandable segments, a run of mapped pages in one of the heap's arenas, which grows, shrinks,
+ * splits and merges as pages are mapped and unmapped (expandable.c). */
 struct segment {
     uintptr_t base;
     size_t size;                      /* a multiple of TIDE_SEGMENT_GRANULE */
@@ -124,6 +127,18 @@ struct segment {
     struct segment *idle_prev, *idle_next; /* the heap's list of wholly free segments, oldest first */
     bool idle;
     uint64_t idle_since;              /* idle_clock() when it became wholly free */
+    struct arena *arena;              /* expandable: the arena it lies in; NULL for a reservation */
+    struct segment *run_prev, *run_next; /* expandable: the arena's runs, by address (pressure lock) */
+};
+
+/* Expandable segments: an address range reserved for one pool of one heap, with pages mapped into it.
+ * Created under the pressure lock, freed by tide_destroy. */
+struct arena {
+    uintptr_t base;
+    size_t size;
+    uint8_t pool;
+    struct segment *runs;             /* its runs of mapped pages, by address */
+    struct arena *next;               /* the heap's other arenas of this pool */
 };
 
 /* ---- free_index.c: two-level segregated fit over the FREE blocks of one pool of one heap --------- */
@@ -164,9 +179,14 @@ struct segment_map {
 };
 tide_status segment_map_init(struct segment_map *sm);
 void segment_map_free(struct segment_map *sm);
-/* Both under the pressure lock. */
+/* All under the pressure lock. */
 tide_status segment_map_add(struct segment_map *sm, struct segment *seg);
 void segment_map_remove(struct segment_map *sm, struct segment *seg);
+/* Expandable runs: seg is found for [seg->base, end) from now on (it grew, or took over a neighbour's
+ * granules); or no longer past new_end (it shrank; a granule another segment took over is left to it).
+ * Both keep every address that stays in seg findable throughout. */
+tide_status segment_map_cover(struct segment_map *sm, struct segment *seg, uintptr_t end);
+void segment_map_shrink(struct segment_map *sm, struct segment *seg, uintptr_t new_end);
 /* Any thread, no lock. The answer is a hint: confirm it under the owning heap's lock. */
 struct segment *segment_map_find(const struct segment_map *sm, uintptr_t addr);
 
@@ -361,6 +381,7 @@ struct heap {
     uint32_t nqueues, queues_cap;
     void **fence_pool;                        /* created, unused fences */
     uint32_t nfence_pool, fence_pool_cap;
+    struct arena *arenas[POOL_KINDS];         /* expandable segments: address ranges, per pool */
     struct block *spare_blocks;               /* recycled block structs */
     struct block_chunk *chunks;
     struct heap_stats stats;
@@ -369,11 +390,11 @@ struct heap {
 tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, struct heap **out);
 /* Frees the heap's bookkeeping; its segments must have been released. */
 void heap_destroy(struct heap *h);
-/* Size class rules. */
-static inline enum pool_kind pool_for_size(size_t rounded)
-{
-    return rounded <= TIDE_SMALL_MAX ? POOL_SMALL : POOL_LARGE;
-}
+/* Size class rules. With expandable segments every request shares one pool (counted as the large
+ * pool): a small block pins only the page it lies in, and pages one pool leaves free can serve the
+ * other without being unmapped and mapped again (measured in bench/results: less memory and far
+ * fewer driver calls than two pools). */
+static inline enum pool_kind pool_for_size(const tide_allocator *t, size_t rounded);
 size_t segment_size_for(enum pool_kind pool, size_t rounded);
 /* Under h->lock: find a FREE block for rounded bytes and make it ACTIVE. NULL if none fits. */
 struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
@@ -393,6 +414,22 @@ static inline void heap_lock(struct heap *h) { spin_lock_acquire(&h->lock); }
 static inline void heap_unlock(struct heap *h) { spin_lock_release(&h->lock); }
 /* Under h->lock: put back a segment whose release failed. */
 void heap_reattach_idle(struct heap *h, struct segment *seg);
+/* Under h->lock: makes the FREE block b ACTIVE for rounded bytes (heap_take_fit without the search). */
+struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, size_t requested,
+                              tide_status *status);
+/* Runs of mapped pages (expandable segments), under h->lock and the pressure lock. */
+struct block *segment_last_block(const struct segment *seg);
+/* seg grows by extra bytes at its end (just mapped): its FREE tail grows, or a FREE block is added. */
+tide_status heap_extend_run(struct heap *h, struct segment *seg, size_t extra);
+/* lo and hi (which starts where lo ends) become one run, lo; hi is left empty, off every list. */
+void heap_merge_runs(struct heap *h, struct segment *lo, struct segment *hi);
+/* Takes the pages [lo, hi) out of the FREE block b, which spans them, into `carved` (off every list,
+ * counted nowhere). What lies above hi moves to `upper` (linked to h) unless nothing does; what lies
+ * below lo stays in b's segment, which is left empty and unlinked if nothing does. *used_upper and
+ * *kept_lower say which. Fails (changing nothing) only without host memory for a block. */
+tide_status heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uintptr_t hi,
+                             struct segment *upper, struct segment *carved, bool *kept_lower,
+                             bool *used_upper);
 struct block *block_new(struct heap *h);
 void block_recycle(struct heap *h, struct block *b);
 /* The block of h's segment seg that contains addr, by walking (slow; for messages). */
@@ -425,6 +462,29 @@ tide_status pressure_set_limit(tide_allocator *t, size_t bytes);
 /* Releases every segment regardless (tide_destroy). Under the pressure lock. */
 /* Returns the bytes the backend refused to take back. */
 uint64_t pressure_release_everything(tide_allocator *t);
+/* Shared with expandable.c, under the pressure lock. */
+struct segment *segment_struct(tide_allocator *t);
+void segment_struct_recycle(tide_allocator *t, struct segment *seg);
+/* Why memory is released: only releases made to stay under the high-water mark are remembered. */
+enum release_reason { RELEASE_ASKED, RELEASE_FOR_HIGH_WATER };
+bool recently_released(tide_allocator *t, size_t size);
+void note_reserved(tide_allocator *t, size_t bytes);   /* reserved grew: peaks, marks, counters */
+void note_released(tide_allocator *t, size_t bytes, enum release_reason why, tide_release_report *r);
+
+/* ---- expandable.c: segments that grow (expandable_segments:True), under the pressure lock ------ */
+/* Maps the pages a request lacks, growing a run (or starting one), and takes the block from it. */
+tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
+                            size_t requested, struct block **out);
+/* Unmaps whole pages inside FREE blocks of partly used runs, the largest stretches first, until want
+ * bytes are unmapped. */
+tide_status expandable_release_pages(tide_allocator *t, size_t want, enum release_reason why,
+                                     tide_release_report *r, size_t *released);
+/* Gives a run's pages back (unmap), and takes it out of its arena if that worked. */
+tide_status expandable_unmap_run(tide_allocator *t, struct segment *seg);
+/* Puts a run whose unmap failed back into its heap and arena, as an idle run. */
+void expandable_reattach_run(tide_allocator *t, struct heap *h, struct segment *seg);
+/* tide_destroy: gives back the address ranges of heap h (its runs are unmapped already). */
+void expandable_release_arenas(tide_allocator *t, struct heap *h);
 
 /* ---- check.c ------------------------------------------------------------------------------------- */
 /* Under the pressure lock and every heap lock. */
@@ -449,6 +509,10 @@ struct tide_allocator {
 #define TIDE_RECENT_RELEASES 32
     size_t recent_releases[TIDE_RECENT_RELEASES]; /* sizes released to stay under high_water */
     unsigned recent_next;
+    struct {
+        uintptr_t lo, hi;
+    } recent_unmaps[TIDE_RECENT_RELEASES];    /* expandable: pages unmapped to stay under high_water */
+    unsigned recent_unmap_next;
     struct segment *spare_segments;           /* recycled segment structs, under pressure */
     struct segment_map segmap;
     uint64_t num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_sync_all_streams,
@@ -484,6 +548,13 @@ static inline void allocator_debug_check(tide_allocator *t, int level_needed, co
 }
 
 static inline size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+static inline enum pool_kind pool_for_size(const tide_allocator *t, size_t rounded)
+{
+    if (t->conf.expandable_segments)
+        return POOL_LARGE;
+    return rounded <= TIDE_SMALL_MAX ? POOL_SMALL : POOL_LARGE;
+}
 
 /* ---- history.c: the event ring, tags, call sites; report.c: snapshot and leak report --------------- */
 struct history;

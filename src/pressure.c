@@ -18,7 +18,7 @@
 
 /* ---- segments in and out --------------------------------------------------------------------------- */
 
-static struct segment *segment_struct(tide_allocator *t)
+struct segment *segment_struct(tide_allocator *t)
 {
     struct segment *seg = t->spare_segments;
     if (seg)
@@ -29,7 +29,7 @@ static struct segment *segment_struct(tide_allocator *t)
     return seg;
 }
 
-static void segment_struct_recycle(tide_allocator *t, struct segment *seg)
+void segment_struct_recycle(tide_allocator *t, struct segment *seg)
 {
     seg->next = t->spare_segments;
     t->spare_segments = seg;
@@ -72,19 +72,33 @@ static tide_status reserve_segment(tide_allocator *t, enum pool_kind pool, size_
         segment_struct_recycle(t, seg);
         return s;
     }
-    t->reserved += size;
-    if (t->reserved > t->reserved_peak)
-        t->reserved_peak = t->reserved;
-    if (t->reserved > t->high_water)
-        t->high_water = t->reserved;
-    t->num_device_alloc++;
+    note_reserved(t, size);
     HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, 0, addr, size);
     *out = seg;
     return TIDE_OK;
 }
 
-/* Why segments are released: only releases made to stay under the high-water mark are remembered. */
-enum release_reason { RELEASE_ASKED, RELEASE_FOR_HIGH_WATER };
+void note_reserved(tide_allocator *t, size_t bytes)
+{
+    t->reserved += bytes;
+    if (t->reserved > t->reserved_peak)
+        t->reserved_peak = t->reserved;
+    if (t->reserved > t->high_water)
+        t->high_water = t->reserved;
+    t->num_device_alloc++;
+}
+
+void note_released(tide_allocator *t, size_t bytes, enum release_reason why, tide_release_report *r)
+{
+    t->reserved -= bytes;
+    t->num_device_free++;
+    if (why == RELEASE_FOR_HIGH_WATER)
+        t->recent_releases[t->recent_next++ % TIDE_RECENT_RELEASES] = bytes;
+    if (r) {
+        r->released_bytes += bytes;
+        r->released_segments++;
+    }
+}
 
 /* Gives segments detached from heap h back to the backend. A segment the backend refuses to take goes
  * back to h as idle, so nothing is lost; the first such error is returned. (Detaching cleared each
@@ -98,25 +112,23 @@ static tide_status release_segments(tide_allocator *t, struct heap *h, struct se
         next = seg->next;
         segment_map_remove(&t->segmap, seg);
         tide__clear_backend_message();
-        tide_status s = be->release(be->ctx, seg->base, seg->size);
+        tide_status s = seg->arena ? expandable_unmap_run(t, seg) : be->release(be->ctx, seg->base, seg->size);
         if (s == TIDE_OK) {
             HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, seg->base, seg->size);
-            t->reserved -= seg->size;
-            t->num_device_free++;
-            if (why == RELEASE_FOR_HIGH_WATER)
-                t->recent_releases[t->recent_next++ % TIDE_RECENT_RELEASES] = seg->size;
-            if (r) {
-                r->released_bytes += seg->size;
-                r->released_segments++;
-            }
+            note_released(t, seg->size, why, r);
             segment_struct_recycle(t, seg);
             continue;
         }
         if (first_error == TIDE_OK) {
             char sz[32];
-            first_error = tide__fail_with_context(s, "releasing a segment of %s at 0x%llx to the %s "
-                                                  "backend", format_bytes(seg->size, sz),
+            first_error = tide__fail_with_context(s, "%s a segment of %s at 0x%llx to the %s backend",
+                                                  seg->arena ? "unmapping" : "releasing",
+                                                  format_bytes(seg->size, sz),
                                                   (unsigned long long)seg->base, be->name);
+        }
+        if (seg->arena) {
+            expandable_reattach_run(t, h, seg);
+            continue;
         }
         if (segment_map_add(&t->segmap, seg) != TIDE_OK)
             continue; /* cannot happen: the map's tables for it exist already */
@@ -184,6 +196,32 @@ static tide_status release_all_idle(tide_allocator *t, tide_release_report *r)
     return first_error;
 }
 
+/* Releases cached memory until `want` bytes are released: wholly free segments oldest first, then,
+ * with expandable segments, free pages inside runs still in use. */
+static tide_status release_cached(tide_allocator *t, size_t want, enum release_reason why,
+                                  tide_release_report *r, size_t *released)
+{
+    size_t done = 0, more = 0;
+    tide_status s = release_oldest(t, want, why, r, &done);
+    if (s == TIDE_OK && done < want && t->conf.expandable_segments)
+        s = expandable_release_pages(t, want - done, why, r, &more);
+    if (released)
+        *released = done + more;
+    return s;
+}
+
+/* Releases all the cached memory that can be released. */
+static tide_status release_all_cached(tide_allocator *t, tide_release_report *r)
+{
+    tide_status s = release_all_idle(t, r);
+    if (t->conf.expandable_segments) {
+        tide_status s2 = expandable_release_pages(t, SIZE_MAX, RELEASE_ASKED, r, NULL);
+        if (s == TIDE_OK)
+            s = s2;
+    }
+    return s;
+}
+
 /* ---- draining ---------------------------------------------------------------------------------------- */
 
 static size_t poll_all(tide_allocator *t)
@@ -234,7 +272,7 @@ static struct block *retry_fit(struct heap *h, enum pool_kind pool, size_t round
     return b;
 }
 
-static bool recently_released(tide_allocator *t, size_t size)
+bool recently_released(tide_allocator *t, size_t size)
 {
     for (unsigned i = 0; i < TIDE_RECENT_RELEASES; i++)
         if (t->recent_releases[i] == size)
@@ -246,6 +284,8 @@ static bool recently_released(tide_allocator *t, size_t size)
 static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
                         size_t requested, struct block **out)
 {
+    if (t->conf.expandable_segments)
+        return expandable_grow(t, h, pool, rounded, requested, out);
     size_t sizes[2] = {segment_size_for(pool, rounded), round_up(rounded, TIDE_SEGMENT_GRANULE)};
     int nsizes = sizes[1] < sizes[0] ? 2 : 1;
     for (int i = 0; i < nsizes; i++) {
@@ -344,15 +384,15 @@ tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind po
         b = retry_fit(h, pool, rounded, requested, &s);
         if (!b && s == TIDE_OK)
             s = grow(t, h, pool, rounded, requested, &b);
-        /* 2: give back every wholly free segment */
+        /* 2: give back every wholly free segment (and, expandable, every free page) */
         if (!b && s == TIDE_ENOMEM) {
-            release_all_idle(t, NULL);
+            release_all_cached(t, NULL);
             s = grow(t, h, pool, rounded, requested, &b);
         }
         /* 3: wait for the device, then drain and give back again */
         if (!b && s == TIDE_ENOMEM) {
             allocator_synchronize_and_drain(t, NULL);
-            release_all_idle(t, NULL);
+            release_all_cached(t, NULL);
             s = TIDE_OK;
             b = retry_fit(h, pool, rounded, requested, &s);
             if (!b && s == TIDE_OK)
@@ -391,7 +431,7 @@ tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report)
     uint64_t drained = 0;
     tide_status s = allocator_synchronize_and_drain(t, &drained);
     r.drained_blocks = drained;
-    tide_status s2 = release_all_idle(t, &r);
+    tide_status s2 = release_all_cached(t, &r);
     /* The program asked for its memory back: what it needs from now on sets the mark anew. */
     t->high_water = t->reserved;
     fill_report(t, &r);
@@ -410,7 +450,7 @@ tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report 
     r.drained_blocks = poll_all(t);
     tide_status s = TIDE_OK;
     if (t->reserved > target)
-        s = release_oldest(t, t->reserved - target, RELEASE_ASKED, &r, NULL);
+        s = release_cached(t, t->reserved - target, RELEASE_ASKED, &r, NULL);
     fill_report(t, &r);
     if (s == TIDE_OK && t->reserved > target) {
         struct where w = where_is_memory(t);
@@ -435,7 +475,7 @@ tide_status pressure_set_limit(tide_allocator *t, size_t bytes)
     tide_status s = TIDE_OK;
     if (t->reserved > bytes) {
         poll_all(t);
-        s = release_oldest(t, t->reserved - bytes, RELEASE_ASKED, NULL, NULL);
+        s = release_cached(t, t->reserved - bytes, RELEASE_ASKED, NULL, NULL);
     }
     pthread_mutex_unlock(&t->pressure);
     return s;
@@ -451,7 +491,9 @@ uint64_t pressure_release_everything(tide_allocator *t)
         for (struct segment *seg = h->segments, *next; seg; seg = next) {
             next = seg->next;
             segment_map_remove(&t->segmap, seg);
-            if (be->release(be->ctx, seg->base, seg->size) == TIDE_OK)
+            tide_status s = seg->arena ? be->unmap(be->ctx, seg->base, seg->size)
+                                       : be->release(be->ctx, seg->base, seg->size);
+            if (s == TIDE_OK)
                 t->num_device_free++;
             else
                 refused += seg->size;
@@ -459,6 +501,7 @@ uint64_t pressure_release_everything(tide_allocator *t)
             free(seg);
         }
         h->segments = NULL;
+        expandable_release_arenas(t, h);
     }
     while (t->spare_segments) {
         struct segment *seg = t->spare_segments;

@@ -78,14 +78,21 @@ static struct granule *granule_at(struct segment_map *sm, uint64_t g, bool creat
 
 tide_status segment_map_add(struct segment_map *sm, struct segment *seg)
 {
+    return segment_map_cover(sm, seg, seg->base + seg->size);
+}
+
+tide_status segment_map_cover(struct segment_map *sm, struct segment *seg, uintptr_t end)
+{
     uint64_t first = seg->base >> TIDE_SEGMENT_GRANULE_SHIFT;
-    uint64_t last = (seg->base + seg->size - 1) >> TIDE_SEGMENT_GRANULE_SHIFT;
+    uint64_t last = (end - 1) >> TIDE_SEGMENT_GRANULE_SHIFT;
     /* Create every table first, so that a failure leaves nothing half-entered. */
     for (uint64_t g = first; g <= last; g++)
         if (!granule_at(sm, g, true))
             return tide__fail(TIDE_EHOSTMEM, "out of host memory for the segment map");
-    atomic_store_explicit(&seg->map_base, seg->base, memory_order_relaxed);
-    atomic_store_explicit(&seg->map_end, seg->base + seg->size, memory_order_relaxed);
+    /* The range first, then the granules: a reader that finds seg in a granule sees a range that
+     * holds it. */
+    atomic_store_explicit(&seg->map_base, seg->base, memory_order_release);
+    atomic_store_explicit(&seg->map_end, end, memory_order_release);
     for (uint64_t g = first; g <= last; g++) {
         struct granule *e = granule_at(sm, g, false);
         uintptr_t granule_start = (uintptr_t)(g << TIDE_SEGMENT_GRANULE_SHIFT);
@@ -95,6 +102,25 @@ tide_status segment_map_add(struct segment_map *sm, struct segment *seg)
             atomic_store_explicit(&e->starts_inside, seg, memory_order_release);
     }
     return TIDE_OK;
+}
+
+void segment_map_shrink(struct segment_map *sm, struct segment *seg, uintptr_t new_end)
+{
+    uintptr_t old_end = atomic_load_explicit(&seg->map_end, memory_order_relaxed);
+    /* The range first: a reader that still finds seg in a granule past new_end sees it does not hold
+     * the address, and looks again (locate), finding the granule's new owner. */
+    atomic_store_explicit(&seg->map_end, new_end, memory_order_release);
+    uint64_t first = (new_end + TIDE_SEGMENT_GRANULE - 1) >> TIDE_SEGMENT_GRANULE_SHIFT;
+    uint64_t last = (old_end - 1) >> TIDE_SEGMENT_GRANULE_SHIFT;
+    for (uint64_t g = first; g <= last && new_end < old_end; g++) {
+        struct granule *e = granule_at(sm, g, false);
+        if (!e)
+            continue;
+        struct segment *expected = seg;
+        atomic_compare_exchange_strong(&e->covers_start, &expected, NULL);
+        expected = seg;
+        atomic_compare_exchange_strong(&e->starts_inside, &expected, NULL);
+    }
 }
 
 void segment_map_remove(struct segment_map *sm, struct segment *seg)
@@ -110,14 +136,14 @@ void segment_map_remove(struct segment_map *sm, struct segment *seg)
         expected = seg;
         atomic_compare_exchange_strong(&e->starts_inside, &expected, NULL);
     }
-    atomic_store_explicit(&seg->map_base, 0, memory_order_relaxed);
-    atomic_store_explicit(&seg->map_end, 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->map_base, 0, memory_order_release);
+    atomic_store_explicit(&seg->map_end, 0, memory_order_release);
 }
 
 static bool holds(struct segment *seg, uintptr_t addr)
 {
-    return seg && addr >= atomic_load_explicit(&seg->map_base, memory_order_relaxed) &&
-           addr < atomic_load_explicit(&seg->map_end, memory_order_relaxed);
+    return seg && addr >= atomic_load_explicit(&seg->map_base, memory_order_acquire) &&
+           addr < atomic_load_explicit(&seg->map_end, memory_order_acquire);
 }
 
 struct segment *segment_map_find(const struct segment_map *sm, uintptr_t addr)

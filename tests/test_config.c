@@ -34,6 +34,8 @@ static void test_good_strings(void)
     CHECK(c.gc_threshold == 0.6 && c.max_split_size == 256 * MIB);
     c = parsed("expandable_segments:False", TIDE_OK);
     CHECK(!c.expandable_segments && c.trim_on_growth);
+    c = parsed("expandable_segments:True", TIDE_OK);
+    CHECK(c.expandable_segments);
     c = parsed("trim_on_growth:False", TIDE_OK);
     CHECK(!c.trim_on_growth);
     c = parsed("", TIDE_OK);
@@ -65,7 +67,6 @@ static void test_bad_strings(void)
         {"max_split_size_mb:big", TIDE_EINVAL, "whole number"},
         {"debug:3", TIDE_EINVAL, "0, 1 or 2"},
         {"expandable_segments:maybe", TIDE_EINVAL, "True or False"},
-        {"expandable_segments:True", TIDE_EUNSUPPORTED, "not supported yet"},
         {"trim_on_growth:yes", TIDE_EINVAL, "True or False"},
         {"roundup_power2_divisions:4", TIDE_EINVAL, "unknown key 'roundup_power2_divisions'"},
         {"debug:1,Limit:1GiB", TIDE_EINVAL, "unknown key 'Limit'"},

@@ -1,0 +1,508 @@
+/*
+ * Segments that grow (expandable_segments:True): virtual memory instead of one reservation per
+ * segment.
+ *
+ * Each heap reserves, per pool, an arena: an address range as large as the device, with nothing behind
+ * it. Pages of device memory (the backend's page_size, 2 MiB on today's GPUs) are mapped into it as
+ * needed, each on its own so any one can be unmapped later. A segment is then a run of mapped pages;
+ * the heap's blocks tile its runs exactly as they tile reserved segments, so the fast paths, the
+ * lifecycle and the validator do not know the difference.
+ *
+ * Growing: when nothing cached fits, the run whose FREE tail needs the fewest new pages to hold the
+ * request (a run without a FREE tail counts as needing all of them) is extended by just those pages,
+ * and the block is taken from its tail. A run that grows into the next one merges with it, so a block
+ * can span the pages of both.
+ *
+ * Shrinking: a page that lies wholly inside a FREE block can be unmapped whatever its neighbours hold.
+ * The run then splits around it (heap_carve_pages): what lies below stays in the run, what lies above
+ * becomes a run of its own. ACTIVE and PENDING blocks never move, and each heap's arenas are its own,
+ * so a page never holds blocks of two streams.
+ *
+ * Everything here runs under the pressure lock; block surgery happens under the heap's lock too, and
+ * the segment map is updated so that every address of an ACTIVE or PENDING block stays findable by
+ * lock-free readers throughout (they confirm under the heap's lock, and look again on a miss).
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- arenas and their runs ----------------------------------------------------------------------------- */
+
+static void run_insert(struct arena *a, struct segment *seg)
+{
+    struct segment *prev = NULL, *at = a->runs;
+    while (at && at->base < seg->base) {
+        prev = at;
+        at = at->run_next;
+    }
+    seg->arena = a;
+    seg->run_prev = prev;
+    seg->run_next = at;
+    if (at)
+        at->run_prev = seg;
+    if (prev)
+        prev->run_next = seg;
+    else
+        a->runs = seg;
+}
+
+static void run_remove(struct segment *seg)
+{
+    struct arena *a = seg->arena;
+    if (seg->run_prev)
+        seg->run_prev->run_next = seg->run_next;
+    else
+        a->runs = seg->run_next;
+    if (seg->run_next)
+        seg->run_next->run_prev = seg->run_prev;
+    seg->run_prev = seg->run_next = NULL;
+}
+
+static tide_status arena_create(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t at_least,
+                                struct arena **out)
+{
+    const tide_backend *be = &t->backend;
+    struct arena *a = calloc(1, sizeof *a);
+    if (!a)
+        return tide__fail(TIDE_EHOSTMEM, "out of host memory for an address range");
+    size_t size = round_up(at_least > t->device_total ? at_least : t->device_total, be->page_size);
+    tide__clear_backend_message();
+    tide_status s = be->va_reserve(be->ctx, size, &a->base);
+    if (s != TIDE_OK) {
+        free(a);
+        char sz[32];
+        return tide__fail_with_context(s == TIDE_ENOMEM ? TIDE_ENOMEM : s,
+                                       "reserving an address range of %s from the %s backend",
+                                       format_bytes(size, sz), be->name);
+    }
+    if (a->base % be->page_size) {
+        be->va_release(be->ctx, a->base, size);
+        free(a);
+        return tide__fail(TIDE_EDEVICE, "the %s backend reserved an address range not aligned to its "
+                          "page size", be->name);
+    }
+    a->size = size;
+    a->pool = (uint8_t)pool;
+    a->next = h->arenas[pool];
+    h->arenas[pool] = a;
+    *out = a;
+    return TIDE_OK;
+}
+
+void expandable_release_arenas(tide_allocator *t, struct heap *h)
+{
+    const tide_backend *be = &t->backend;
+    for (int pool = 0; pool < POOL_KINDS; pool++) {
+        while (h->arenas[pool]) {
+            struct arena *a = h->arenas[pool];
+            h->arenas[pool] = a->next;
+            be->va_release(be->ctx, a->base, a->size); /* nothing is lost if it refuses */
+            free(a);
+        }
+    }
+}
+
+/* ---- growing ------------------------------------------------------------------------------------------- */
+
+static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t except_lo, uintptr_t except_hi,
+                                 enum release_reason why, tide_release_report *r, size_t *released);
+
+/* Whether pages in [lo, hi) were unmapped lately to stay under the high-water mark: mapping them
+ * again means the program needs them, and unmapping others for them would repeat every step. */
+static bool recently_unmapped(const tide_allocator *t, uintptr_t lo, uintptr_t hi)
+{
+    for (unsigned i = 0; i < TIDE_RECENT_RELEASES; i++)
+        if (t->recent_unmaps[i].lo < hi && lo < t->recent_unmaps[i].hi)
+            return true;
+    return false;
+}
+
+/* Where the pages for a request go: `need` bytes mapped at `addr`, in the gap between runs `left` and
+ * `right` (either may be NULL), joining whichever they reach. The request is then served from the FREE
+ * block that holds addr, which takes in left's FREE tail and right's FREE head where they touch. */
+struct placement {
+    struct arena *arena;
+    struct segment *left, *right;
+    uintptr_t addr;
+    size_t need;
+    uintptr_t keep_lo, keep_hi; /* the FREE bytes the request will use: not to be unmapped meanwhile */
+};
+
+static void consider(struct placement *best, bool *found, struct placement cand)
+{
+    if (!*found || cand.need < best->need) {
+        *best = cand;
+        *found = true;
+    }
+}
+
+/* Under h->lock. Each gap between runs (and before the first and after the last) offers three ways:
+ * grow the run below it upwards, grow the run above it downwards, or fill the gap, joining both; the
+ * one that maps the fewest pages wins. False if no arena has room. */
+static bool plan_growth(struct heap *h, enum pool_kind pool, size_t rounded, size_t page,
+                        struct placement *best)
+{
+    bool found = false;
+    for (struct arena *a = h->arenas[pool]; a; a = a->next) {
+        struct segment *left = NULL, *right = a->runs;
+        for (;;) {
+            uintptr_t lo = left ? left->base + left->size : a->base;
+            uintptr_t hi = right ? right->base : a->base + a->size;
+            size_t gap = hi - lo, tail_free = 0, head_free = 0;
+            if (left) {
+                struct block *tail = segment_last_block(left);
+                tail_free = tail->state == BLOCK_FREE ? tail->size : 0;
+            }
+            if (right && right->first->state == BLOCK_FREE)
+                head_free = right->first->size;
+            size_t up = rounded > tail_free ? round_up(rounded - tail_free, page) : 0;
+            if (up <= gap && (left || up))
+                consider(best, &found, (struct placement){a, left, up == gap ? right : NULL, lo, up,
+                                                          lo - tail_free, lo + up});
+            size_t down = rounded > head_free ? round_up(rounded - head_free, page) : 0;
+            if (right && down <= gap && down)
+                consider(best, &found, (struct placement){a, down == gap ? left : NULL, right, hi - down,
+                                                          down, hi - down, hi + head_free});
+            if (left && right && gap && tail_free + gap + head_free >= rounded)
+                consider(best, &found, (struct placement){a, left, right, lo, gap, lo - tail_free,
+                                                          hi + head_free});
+            if (!right)
+                break;
+            left = right;
+            right = right->run_next;
+        }
+    }
+    return found;
+}
+
+/* Under h->lock, after the pages are mapped: they join the runs they touch (or form a new one).
+ * Returns the run that holds them. */
+static tide_status join_pages(tide_allocator *t, struct heap *h, struct placement *p,
+                              struct segment **out)
+{
+    struct segment *run = p->left;
+    tide_status s;
+    if (run) {
+        if ((s = segment_map_cover(&t->segmap, run, run->base + run->size + p->need)) != TIDE_OK)
+            return s;
+        if ((s = heap_extend_run(h, run, p->need)) != TIDE_OK) {
+            segment_map_shrink(&t->segmap, run, run->base + run->size);
+            return s;
+        }
+    } else {
+        if (!(run = segment_struct(t)))
+            return tide__fail(TIDE_EHOSTMEM, "out of host memory for a segment");
+        run->base = p->addr;
+        run->size = p->need;
+        run->pool = p->arena->pool;
+        atomic_store_explicit(&run->heap, h, memory_order_release);
+        if ((s = segment_map_add(&t->segmap, run)) != TIDE_OK) {
+            segment_struct_recycle(t, run);
+            return s;
+        }
+        if (!heap_adopt_segment(h, run, 0, 0, &s)) {
+            segment_map_remove(&t->segmap, run);
+            segment_struct_recycle(t, run);
+            return s;
+        }
+        run_insert(p->arena, run);
+    }
+    /* A run that now reaches the next one takes it in (a block may then span both). */
+    struct segment *next = run->run_next;
+    if (next && run->base + run->size == next->base &&
+        segment_map_cover(&t->segmap, run, next->base + next->size) == TIDE_OK) {
+        heap_merge_runs(h, run, next);
+        run_remove(next);
+        segment_map_remove(&t->segmap, next);
+        next->arena = NULL;
+        segment_struct_recycle(t, next);
+    }
+    *out = run;
+    return TIDE_OK;
+}
+
+tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
+                            size_t requested, struct block **out)
+{
+    const tide_backend *be = &t->backend;
+    size_t page = be->page_size;
+    /* A plan can go stale while memory is released for it, or while this stream's fast path takes the
+     * FREE tail it counted on: plan again, a few times. */
+    bool trimmed = false;
+    for (int attempt = 0; attempt < 4; attempt++) {
+        struct placement p = {0};
+        heap_lock(h);
+        bool placed = plan_growth(h, pool, rounded, page, &p);
+        heap_unlock(h);
+        if (!placed) {
+            struct arena *a;
+            tide_status s = arena_create(t, h, pool, rounded, &a);
+            if (s != TIDE_OK)
+                return s;
+            continue;
+        }
+        /* As for reserved segments (see grow in pressure.c): stay under the most ever reserved by
+         * unmapping free pages elsewhere first, unless a growth of this size did that lately; and
+         * under the garbage-collection threshold. Pages go largest stretch first, not oldest first:
+         * a page has no age of its own. Once, then plan again, since runs may have split. */
+        bool released = false;
+        if (!trimmed && p.need && t->conf.trim_on_growth && t->reserved + p.need > t->high_water) {
+            if (recently_unmapped(t, p.addr, p.addr + p.need)) {
+                t->high_water = t->reserved + p.need;
+            } else {
+                size_t got = 0;
+                release_pages(t, t->reserved + p.need - t->high_water, p.keep_lo, p.keep_hi,
+                              RELEASE_FOR_HIGH_WATER, NULL, &got);
+                released = got > 0;
+            }
+        }
+        if (!trimmed && p.need && t->gc_threshold && t->reserved + p.need > t->gc_threshold) {
+            size_t got = 0;
+            release_pages(t, t->reserved + p.need - t->gc_threshold, p.keep_lo, p.keep_hi,
+                          RELEASE_ASKED, NULL, &got);
+            if (got) {
+                t->num_gc_released++;
+                released = true;
+            }
+        }
+        trimmed = true;
+        if (released)
+            continue;
+        if (p.need > t->limit || t->reserved > t->limit - p.need)
+            return TIDE_ENOMEM;
+        if (p.need) {
+            tide__clear_backend_message();
+            tide_status s = be->map(be->ctx, p.addr, p.need);
+            if (s == TIDE_ENOMEM)
+                return TIDE_ENOMEM;
+            if (s != TIDE_OK) {
+                char sz[32];
+                return tide__fail_with_context(s, "mapping %s of device memory at 0x%llx from the %s "
+                                               "backend", format_bytes(p.need, sz),
+                                               (unsigned long long)p.addr, be->name);
+            }
+            note_reserved(t, p.need);
+            HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, h->stream, p.addr, p.need);
+        }
+        heap_lock(h);
+        struct segment *run = NULL;
+        tide_status s = p.need ? join_pages(t, h, &p, &run) : TIDE_OK;
+        struct block *b = NULL;
+        if (s == TIDE_OK) {
+            /* The FREE block the plan counted on, unless this stream's fast path took part of it. */
+            struct block *at = segment_block_at(run ? run : p.left, p.need ? p.addr : p.keep_lo);
+            if (at && at->state == BLOCK_FREE && at->size >= rounded)
+                b = heap_take_block(h, at, rounded, requested, &s);
+            else
+                b = heap_take_fit(h, pool, rounded, requested, &s);
+        }
+        heap_unlock(h);
+        if (s != TIDE_OK && p.need && !run) {
+            /* The pages never joined a run: give them back. */
+            if (be->unmap(be->ctx, p.addr, p.need) == TIDE_OK)
+                note_released(t, p.need, RELEASE_ASKED, NULL);
+        }
+        if (b) {
+            *out = b;
+            return TIDE_OK;
+        }
+        if (s != TIDE_OK)
+            return s;
+    }
+    return TIDE_ENOMEM;
+}
+
+/* ---- shrinking ----------------------------------------------------------------------------------------- */
+
+/* A stretch of whole pages inside a FREE block. */
+struct free_pages {
+    struct block *block;
+    uintptr_t lo, hi;
+};
+
+static int larger_first(const void *x, const void *y)
+{
+    const struct free_pages *a = x, *b = y;
+    size_t sa = a->hi - a->lo, sb = b->hi - b->lo;
+    return sa < sb ? 1 : sa > sb ? -1 : (a->lo > b->lo) - (a->lo < b->lo);
+}
+
+/* Under h->lock: the heap's stretches of free pages, outside [except_lo, except_hi). */
+static size_t collect_free_pages(struct heap *h, size_t page, uintptr_t except_lo, uintptr_t except_hi,
+                                 struct free_pages **out)
+{
+    size_t n = 0, cap = 0;
+    struct free_pages *v = NULL;
+    for (int pool = 0; pool < POOL_KINDS; pool++)
+        for (struct arena *a = h->arenas[pool]; a; a = a->next)
+            for (struct segment *r = a->runs; r; r = r->run_next)
+                for (struct block *b = r->first; b; b = b->next) {
+                    if (b->state != BLOCK_FREE)
+                        continue;
+                    uintptr_t lo = round_up(b->addr, page), hi = (b->addr + b->size) / page * page;
+                    if (except_hi > except_lo && lo < except_hi && hi > except_lo) {
+                        /* keep the pages the request will use; what lies below them may go */
+                        if (hi > except_lo / page * page)
+                            hi = except_lo / page * page;
+                    }
+                    if (hi <= lo)
+                        continue;
+                    if (n == cap) {
+                        size_t ncap = cap ? 2 * cap : 16;
+                        struct free_pages *grown = realloc(v, ncap * sizeof *grown);
+                        if (!grown)
+                            goto done; /* without host memory, release what was found */
+                        v = grown;
+                        cap = ncap;
+                    }
+                    v[n++] = (struct free_pages){b, lo, hi};
+                }
+done:
+    *out = v;
+    return n;
+}
+
+/* Under h->lock: carves [lo, hi) out of b, keeping the segment map right. The carved pages come back
+ * as a segment struct on *carved_list. */
+static tide_status carve(tide_allocator *t, struct heap *h, const struct free_pages *fp,
+                         struct segment **carved_list)
+{
+    struct segment *seg = fp->block->seg;
+    struct segment *upper = segment_struct(t), *carved = segment_struct(t);
+    if (!upper || !carved) {
+        if (upper)
+            segment_struct_recycle(t, upper);
+        if (carved)
+            segment_struct_recycle(t, carved);
+        return tide__fail(TIDE_EHOSTMEM, "out of host memory for a segment");
+    }
+    uintptr_t end = seg->base + seg->size;
+    /* The upper run is findable before any block moves to it (its heap is this one, whose lock the
+     * reader needs, so it sees the blocks only once they are there). */
+    if (fp->hi < end) {
+        upper->base = fp->hi;
+        upper->size = end - fp->hi;
+        atomic_store_explicit(&upper->heap, h, memory_order_release);
+        tide_status s = segment_map_add(&t->segmap, upper);
+        if (s != TIDE_OK) {
+            segment_struct_recycle(t, upper);
+            segment_struct_recycle(t, carved);
+            return s;
+        }
+    }
+    bool kept_lower = false, used_upper = false;
+    tide_status s = heap_carve_pages(h, fp->block, fp->lo, fp->hi, upper, carved, &kept_lower, &used_upper);
+    if (s != TIDE_OK) {
+        if (fp->hi < end)
+            segment_map_remove(&t->segmap, upper);
+        segment_struct_recycle(t, upper);
+        segment_struct_recycle(t, carved);
+        return s;
+    }
+    struct arena *a = seg->arena;
+    if (used_upper)
+        run_insert(a, upper);
+    else
+        segment_struct_recycle(t, upper);
+    if (kept_lower) {
+        segment_map_shrink(&t->segmap, seg, fp->lo);
+    } else {
+        segment_map_remove(&t->segmap, seg);
+        run_remove(seg);
+        atomic_store_explicit(&seg->heap, NULL, memory_order_release);
+        seg->arena = NULL;
+        segment_struct_recycle(t, seg);
+    }
+    carved->next = *carved_list;
+    *carved_list = carved;
+    return TIDE_OK;
+}
+
+/* Unmaps free pages (the largest stretches first) of every heap until want bytes are gone, leaving
+ * [except_lo, except_hi) alone. */
+static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t except_lo, uintptr_t except_hi,
+                                 enum release_reason why, tide_release_report *r, size_t *released)
+{
+    size_t done = 0, page = t->backend.page_size;
+    tide_status first_error = TIDE_OK;
+    uint32_t nheaps = atomic_load(&t->nheaps);
+    for (uint32_t i = 0; i < nheaps && done < want; i++) {
+        struct heap *h = t->heaps[i];
+        struct segment *carved = NULL;
+        struct free_pages *v = NULL;
+        heap_lock(h);
+        size_t n = collect_free_pages(h, page, except_lo, except_hi, &v);
+        if (want != SIZE_MAX)
+            qsort(v, n, sizeof *v, larger_first);
+        size_t planned = done;
+        for (size_t k = 0; k < n && planned < want; k++) {
+            tide_status s = carve(t, h, &v[k], &carved);
+            if (s != TIDE_OK) {
+                if (first_error == TIDE_OK)
+                    first_error = s;
+                break;
+            }
+            planned += v[k].hi - v[k].lo;
+        }
+        heap_unlock(h);
+        free(v);
+        /* Unmap without the heap's lock: the device may wait for work whose completion needs it. */
+        for (struct segment *seg = carved, *next; seg; seg = next) {
+            next = seg->next;
+            tide_status s = expandable_unmap_run(t, seg);
+            if (s == TIDE_OK) {
+                HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, seg->base, seg->size);
+                note_released(t, seg->size, RELEASE_ASKED, r);
+                if (why == RELEASE_FOR_HIGH_WATER) {
+                    unsigned k = t->recent_unmap_next++ % TIDE_RECENT_RELEASES;
+                    t->recent_unmaps[k].lo = seg->base;
+                    t->recent_unmaps[k].hi = seg->base + seg->size;
+                }
+                done += seg->size;
+                segment_struct_recycle(t, seg);
+                continue;
+            }
+            if (first_error == TIDE_OK) {
+                char sz[32];
+                first_error = tide__fail_with_context(s, "unmapping %s at 0x%llx from the %s backend",
+                                                      format_bytes(seg->size, sz),
+                                                      (unsigned long long)seg->base, t->backend.name);
+            }
+            expandable_reattach_run(t, h, seg);
+        }
+    }
+    if (released)
+        *released = done;
+    return first_error;
+}
+
+tide_status expandable_release_pages(tide_allocator *t, size_t want, enum release_reason why,
+                                     tide_release_report *r, size_t *released)
+{
+    return release_pages(t, want, 0, 0, why, r, released);
+}
+
+tide_status expandable_unmap_run(tide_allocator *t, struct segment *seg)
+{
+    const tide_backend *be = &t->backend;
+    tide__clear_backend_message();
+    tide_status s = be->unmap(be->ctx, seg->base, seg->size);
+    if (s == TIDE_OK && seg->arena && (seg->run_prev || seg->run_next || seg->arena->runs == seg)) {
+        run_remove(seg);
+        seg->arena = NULL;
+    }
+    return s;
+}
+
+void expandable_reattach_run(tide_allocator *t, struct heap *h, struct segment *seg)
+{
+    atomic_store_explicit(&seg->heap, h, memory_order_release);
+    if (segment_map_add(&t->segmap, seg) != TIDE_OK)
+        return; /* the map's tables for it existed a moment ago; tide_check would report the loss */
+    heap_lock(h);
+    heap_reattach_idle(h, seg);
+    heap_unlock(h);
+    if (!(seg->run_prev || seg->run_next || seg->arena->runs == seg))
+        run_insert(seg->arena, seg);
+}

@@ -1,0 +1,382 @@
+/*
+ * Expandable segments (expandable_segments:True) on the simulated device, whose virtual memory works
+ * as CUDA's does: an address range reserved once, pages mapped and unmapped one by one, an unmapped
+ * page inaccessible (a touch faults) and its contents gone.
+ *
+ * Every page state: mapped under an ACTIVE block, under a PENDING block, under FREE bytes only (which
+ * may be unmapped, splitting its run), unmapped; runs that grow, split and merge again; streams that
+ * never share a page; empty_cache and trim unmapping every page they can and no other; faults in map
+ * and unmap; and a seeded random run with tide_check after every call and every live block's data
+ * checked after every release of memory.
+ */
+#include "harness.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <unistd.h>
+
+#define PAGE (2 * MIB)
+#define CONF "expandable_segments:True"
+
+/* Whether every page of [p, p+n) can be read, found without touching it: the kernel says EFAULT
+ * when write() is handed an inaccessible buffer. */
+static bool accessible(const void *p, size_t n)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return false;
+    bool ok = true;
+    uintptr_t first = (uintptr_t)p / PAGE * PAGE; /* the device maps and unmaps whole pages */
+    for (uintptr_t a = first; a < (uintptr_t)p + n && ok; a += PAGE) {
+        const char *byte = (const char *)(a < (uintptr_t)p ? (uintptr_t)p : a);
+        char sink;
+        ok = write(fds[1], byte, 1) == 1 && read(fds[0], &sink, 1) == 1;
+    }
+    close(fds[0]);
+    close(fds[1]);
+    return ok;
+}
+
+static void fill(void *p, size_t n, uint8_t v) { memset(p, v, n); }
+
+/* The block still holds its pattern (and can be read at all). One byte in every 4 KiB is checked, and
+ * the last: a page unmapped and mapped again reads as zeros throughout. */
+static bool intact(const void *p, size_t n, uint8_t v)
+{
+    if (!accessible(p, n))
+        return false;
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i += 4096)
+        if (b[i] != v)
+            return false;
+    return b[n - 1] == v;
+}
+
+static tide_sim_counters counters(tide_sim *sim)
+{
+    tide_sim_counters c;
+    tide_sim_get_counters(sim, &c);
+    return c;
+}
+
+static int64_t segments_of(tide_allocator *t) { return stats_of(t).segment[TIDE_POOL_ALL].current; }
+
+/* Reserved bytes are exactly the pages the device has mapped. */
+static void check_accounting(struct fixture *f)
+{
+    tide_sim_counters c = counters(f->sim);
+    CHECK((int64_t)c.held_bytes == reserved_of(f->t));
+    CHECK(c.mapped_pages * PAGE == c.held_bytes);
+    CHECK_OK(tide_check(f->t));
+}
+
+static void test_grows_by_pages(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, CONF);
+    void *a, *b, *c;
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &a));
+    CHECK(reserved_of(f.t) == (int64_t)PAGE); /* one page, not a 2 MiB small segment by rule */
+    CHECK(counters(f.sim).va_ranges == 1);
+    CHECK_OK(tide_malloc(f.t, 3 * MIB, 0, &b)); /* grows the same run by just the pages it lacks */
+    CHECK(reserved_of(f.t) == (int64_t)(2 * PAGE));
+    CHECK(segments_of(f.t) == 1);
+    CHECK((uintptr_t)b == (uintptr_t)a + 4096); /* right after a: the run's free tail was used */
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &c)); /* no 20 MiB segment rounding: 30 MiB more, in pages */
+    CHECK(reserved_of(f.t) == (int64_t)(17 * PAGE)); /* 4 KiB + 3 MiB + 30 MiB need 17 pages */
+    CHECK(segments_of(f.t) == 1);
+    check_accounting(&f);
+    tide_stats s = stats_of(f.t);
+    CHECK(s.reserved_bytes[TIDE_POOL_SMALL].current == 0); /* one pool per stream */
+    CHECK_OK(tide_free(f.t, a));
+    CHECK_OK(tide_free(f.t, b));
+    CHECK_OK(tide_free(f.t, c));
+    tide_release_report r;
+    CHECK_OK(tide_empty_cache(f.t, &r));
+    CHECK(r.reserved_bytes == 0);
+    CHECK(counters(f.sim).mapped_pages == 0);
+    check_accounting(&f);
+    fixture_close(&f);
+}
+
+static void test_free_pages_between_live_blocks(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, CONF);
+    /* [low 1 MiB][middle 9 MiB][high 1 MiB] in one run */
+    void *low, *mid, *high;
+    CHECK_OK(tide_malloc(f.t, 1 * MIB, 0, &low));
+    CHECK_OK(tide_malloc(f.t, 9 * MIB, 0, &mid));
+    CHECK_OK(tide_malloc(f.t, 1 * MIB, 0, &high));
+    CHECK(segments_of(f.t) == 1);
+    fill(low, 1 * MIB, 0x11);
+    fill(high, 1 * MIB, 0x22);
+    int64_t before = reserved_of(f.t);
+    CHECK_OK(tide_free(f.t, mid));
+    /* The middle block's whole pages can go although its neighbours are live: the run splits. */
+    tide_release_report r;
+    CHECK_OK(tide_empty_cache(f.t, &r));
+    CHECK(r.released_bytes >= 4 * PAGE);
+    CHECK(reserved_of(f.t) == before - (int64_t)r.released_bytes);
+    CHECK(segments_of(f.t) == 2);
+    CHECK(intact(low, 1 * MIB, 0x11));
+    CHECK(intact(high, 1 * MIB, 0x22));
+    check_accounting(&f);
+    /* The unmapped hole is inaccessible, as freed device memory should be. */
+    uintptr_t hole = ((uintptr_t)mid + PAGE - 1) / PAGE * PAGE;
+    CHECK(!accessible((void *)hole, 1));
+    /* A request that fits the hole and the free bytes beside it maps the hole again and joins the
+     * runs into one. */
+    void *again;
+    CHECK_OK(tide_malloc(f.t, 9 * MIB, 0, &again));
+    CHECK(again == mid);
+    CHECK(segments_of(f.t) == 1);
+    CHECK(reserved_of(f.t) == before);
+    fill(again, 9 * MIB, 0x33);
+    CHECK(intact(low, 1 * MIB, 0x11));
+    CHECK(intact(high, 1 * MIB, 0x22));
+    check_accounting(&f);
+    CHECK_OK(tide_free(f.t, again));
+    CHECK_OK(tide_free(f.t, low));
+    CHECK_OK(tide_free(f.t, high));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(reserved_of(f.t) == 0);
+    fixture_close(&f);
+}
+
+struct hold {
+    tide_allocator *t;
+    void *p;
+    struct gate *gate;
+};
+
+static void kernel_holding(void *arg)
+{
+    struct hold *h = arg;
+    gate_pass(h->gate);
+    tide_release(h->t, h->p);
+}
+
+static void test_pending_pages_stay_mapped(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, CONF);
+    void *p, *q;
+    CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &p));
+    CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &q));
+    fill(p, 8 * MIB, 0x44);
+    /* a kernel holds p: freed now, it is PENDING until the kernel completes */
+    struct gate g;
+    gate_init(&g);
+    struct hold h = {f.t, p, &g};
+    CHECK_OK(tide_retain(f.t, p));
+    tide_stream s;
+    CHECK_OK(tide_sim_stream_create(f.sim, &s));
+    CHECK_OK(tide_sim_enqueue(f.sim, s, 0, kernel_holding, &h));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_free(f.t, q));
+    CHECK_STATUS(tide_trim(f.t, 0, NULL), TIDE_EBUSY); /* p is still in use: 0 cannot be reached */
+    /* q's pages went; p's stayed, with the data the kernel may still read */
+    CHECK(intact(p, 8 * MIB, 0x44));
+    tide_stats st = stats_of(f.t);
+    CHECK(st.pending_free_bytes[TIDE_POOL_ALL].current == (int64_t)(8 * MIB));
+    CHECK(reserved_of(f.t) >= (int64_t)(8 * MIB) && reserved_of(f.t) <= (int64_t)(8 * MIB + 2 * PAGE));
+    check_accounting(&f);
+    gate_open(&g);
+    CHECK_OK(tide_sim_synchronize(f.sim));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(reserved_of(f.t) == 0);
+    check_accounting(&f);
+    fixture_close(&f);
+}
+
+static void test_streams_never_share_a_page(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, CONF);
+    tide_stream s1;
+    CHECK_OK(tide_sim_stream_create(f.sim, &s1));
+    void *a[8], *b[8];
+    for (int i = 0; i < 8; i++) {
+        CHECK_OK(tide_malloc(f.t, 100 * 1024, 0, &a[i]));
+        CHECK_OK(tide_malloc(f.t, 100 * 1024, s1, &b[i]));
+    }
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 8; j++) {
+            uintptr_t pa = (uintptr_t)a[i] / PAGE, pb = (uintptr_t)b[j] / PAGE;
+            uintptr_t pa_end = ((uintptr_t)a[i] + 100 * 1024 - 1) / PAGE, pb_end = ((uintptr_t)b[j] + 100 * 1024 - 1) / PAGE;
+            CHECK(pa_end < pb || pb_end < pa);
+        }
+    CHECK(counters(f.sim).va_ranges == 2); /* an address range per stream */
+    for (int i = 0; i < 8; i++) {
+        CHECK_OK(tide_free(f.t, a[i]));
+        CHECK_OK(tide_free(f.t, b[i]));
+    }
+    check_accounting(&f);
+    fixture_close(&f);
+}
+
+static void test_faults_change_nothing(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, CONF);
+    void *keep, *p;
+    CHECK_OK(tide_malloc(f.t, 1 * MIB, 0, &keep));
+    fill(keep, 1 * MIB, 0x55);
+    /* map fails every time: the allocation fails with the out-of-memory report, nothing changes */
+    int64_t before = reserved_of(f.t);
+    tide_sim_inject_fault(f.sim, TIDE_SIM_MAP, 0, UINT32_MAX);
+    CHECK_STATUS(tide_malloc(f.t, 64 * MIB, 0, &p), TIDE_ENOMEM);
+    CHECK_MESSAGE("out of memory");
+    CHECK(p == NULL);
+    CHECK(reserved_of(f.t) == before);
+    tide_sim_inject_fault(f.sim, TIDE_SIM_MAP, 0, 0);
+    check_accounting(&f);
+    /* unmap fails: empty_cache says so, and the pages stay, counted and reusable */
+    CHECK_OK(tide_malloc(f.t, 64 * MIB, 0, &p));
+    CHECK_OK(tide_free(f.t, p));
+    int64_t mapped = reserved_of(f.t);
+    tide_sim_inject_fault(f.sim, TIDE_SIM_UNMAP, 0, UINT32_MAX);
+    CHECK_STATUS(tide_empty_cache(f.t, NULL), TIDE_EDEVICE);
+    CHECK_MESSAGE("injected fault in unmap");
+    CHECK(reserved_of(f.t) == mapped);
+    check_accounting(&f);
+    CHECK_OK(tide_malloc(f.t, 64 * MIB, 0, &p)); /* served from the pages that stayed */
+    CHECK(reserved_of(f.t) == mapped);
+    CHECK_OK(tide_free(f.t, p));
+    tide_sim_inject_fault(f.sim, TIDE_SIM_UNMAP, 0, 0);
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(reserved_of(f.t) == (int64_t)PAGE); /* keep's page */
+    CHECK(intact(keep, 1 * MIB, 0x55));
+    check_accounting(&f);
+    /* the address range cannot be reserved: a clear error */
+    tide_stream s1;
+    CHECK_OK(tide_sim_stream_create(f.sim, &s1));
+    tide_sim_inject_fault(f.sim, TIDE_SIM_VA_RESERVE, 0, UINT32_MAX);
+    CHECK_STATUS(tide_malloc(f.t, 4096, s1, &p), TIDE_ENOMEM);
+    tide_sim_inject_fault(f.sim, TIDE_SIM_VA_RESERVE, 0, 0);
+    check_accounting(&f);
+    CHECK_OK(tide_free(f.t, keep));
+    fixture_close(&f);
+}
+
+static void test_needs_virtual_memory(void)
+{
+    tide_sim *sim;
+    CHECK_OK(tide_sim_create(NULL, &sim));
+    tide_backend be = tide_sim_backend(sim);
+    be.map = NULL;
+    tide_allocator *t = NULL;
+    CHECK_STATUS(tide_create(&be, CONF, &t), TIDE_EUNSUPPORTED);
+    CHECK_MESSAGE("needs a backend with virtual memory");
+    CHECK(t == NULL);
+    be = tide_sim_backend(sim);
+    be.page_size = 4096;
+    CHECK_STATUS(tide_create(&be, CONF, &t), TIDE_EUNSUPPORTED);
+    CHECK_MESSAGE("not a multiple of 2 MiB");
+    tide_sim_destroy(sim);
+}
+
+static void test_destroy_gives_back(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, CONF);
+    void *p;
+    CHECK_OK(tide_malloc(f.t, 5 * MIB, 0, &p));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_destroy(f.t));
+    tide_sim_counters c = counters(f.sim);
+    CHECK(c.held_bytes == 0 && c.mapped_pages == 0 && c.va_ranges == 0);
+    tide_sim_destroy(f.sim);
+}
+
+/* ---- a seeded random run ------------------------------------------------------------------------------ */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+#define LIVE 48
+
+static void test_random_with_check(void)
+{
+    struct fixture f;
+    fixture_open(&f, 4 * GIB, CONF ",limit:1GiB");
+    void *live[LIVE] = {0};
+    size_t size[LIVE] = {0};
+    uint8_t tag[LIVE] = {0};
+    int ops = getenv("TIDE_EXPANDABLE_OPS") ? atoi(getenv("TIDE_EXPANDABLE_OPS")) : 3000;
+    int checked_releases = 0;
+    for (int op = 0; op < ops; op++) {
+        int i = (int)(rng() % LIVE);
+        uint64_t what = rng() % 100;
+        if (what < 70) {
+            if (live[i]) {
+                CHECK(intact(live[i], size[i], tag[i]));
+                CHECK_OK(tide_free(f.t, live[i]));
+                live[i] = NULL;
+            } else {
+                /* log-uniform sizes from 512 B to 16 MiB */
+                size_t n = (size_t)512 << (rng() % 15);
+                n += rng() % n;
+                tide_status s = tide_malloc(f.t, n, 0, &live[i]);
+                CHECK(s == TIDE_OK || s == TIDE_ENOMEM);
+                if (s == TIDE_OK) {
+                    size[i] = n;
+                    tag[i] = (uint8_t)(1 + rng() % 250);
+                    fill(live[i], n, tag[i]);
+                }
+            }
+        } else {
+            /* give memory back, then every live block must still be there, whole */
+            if (what < 85)
+                CHECK_OK(tide_empty_cache(f.t, NULL));
+            else
+                tide_trim(f.t, (size_t)(rng() % (512 * MIB)), NULL); /* may be EBUSY */
+            for (int k = 0; k < LIVE; k++)
+                if (live[k] && !intact(live[k], size[k], tag[k])) {
+                    fprintf(stderr, "op %d: a live block of %zu bytes lost its data or its pages\n", op,
+                            size[k]);
+                    harness_failures++;
+                }
+            checked_releases++;
+        }
+        if (tide_check(f.t) != TIDE_OK) {
+            fprintf(stderr, "op %d: tide_check: %s\n", op, tide_last_error());
+            harness_failures++;
+            break;
+        }
+        tide_sim_counters c = counters(f.sim);
+        if ((int64_t)c.held_bytes != reserved_of(f.t)) {
+            fprintf(stderr, "op %d: the device holds %llu bytes, the stats say %lld\n", op,
+                    (unsigned long long)c.held_bytes, (long long)reserved_of(f.t));
+            harness_failures++;
+            break;
+        }
+    }
+    CHECK(checked_releases > 0);
+    for (int k = 0; k < LIVE; k++)
+        if (live[k])
+            CHECK_OK(tide_free(f.t, live[k]));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(reserved_of(f.t) == 0);
+    fixture_close(&f);
+}
+
+int main(void)
+{
+    RUN(test_grows_by_pages);
+    RUN(test_free_pages_between_live_blocks);
+    RUN(test_pending_pages_stay_mapped);
+    RUN(test_streams_never_share_a_page);
+    RUN(test_faults_change_nothing);
+    RUN(test_needs_virtual_memory);
+    RUN(test_destroy_gives_back);
+    RUN(test_random_with_check);
+    return HARNESS_EXIT();
+}
