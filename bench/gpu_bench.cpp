@@ -3,8 +3,9 @@
 //   gpu_bench micro [reps]           the micro patterns (bench/micro_patterns.h), ns per alloc+free pair
 //   gpu_bench replay TRACE...        each trace replayed through each allocator: ns per operation,
 //                                    peak reserved, peak reserved / peak live
-//   gpu_bench replay --only torch TRACE...   only PyTorch's allocator (run it with
-//                                    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for that variant)
+//   gpu_bench replay --only NAME TRACE...    only one allocator: tidepool, pytorch or cudaMallocAsync
+//                                    (run it with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or
+//                                    TIDEPOOL_CONF=expandable_segments:True, for those variants)
 //
 // Built by bench/build_gpu_bench.sh against the installed PyTorch (c10, c10_cuda) and CUDA runtime.
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -232,7 +233,7 @@ ReplayResult replay(Allocators &a, const bench_allocator *al, const trace &t, in
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: gpu_bench micro [reps] | replay [--only torch] TRACE...\n");
+        fprintf(stderr, "usage: gpu_bench micro [reps] | replay [--only tidepool|pytorch|cudaMallocAsync] TRACE...\n");
         return 2;
     }
     Allocators a;
@@ -241,11 +242,13 @@ int main(int argc, char **argv)
         micro(a, argc > 2 ? std::max(1, std::min(31, atoi(argv[2]))) : 5);
         return 0;
     }
-    bool only_torch = argc > 3 && !strcmp(argv[2], "--only") && !strcmp(argv[3], "torch");
-    const char *conf = getenv("PYTORCH_CUDA_ALLOC_CONF");
+    const char *only = argc > 3 && !strcmp(argv[2], "--only") ? argv[3] : nullptr;
+    if (only && !strcmp(only, "torch"))
+        only = "pytorch";
+    const char *conf = getenv("PYTORCH_CUDA_ALLOC_CONF"), *tide_conf = getenv("TIDEPOOL_CONF");
     printf("| trace | allocator | ns per op, warm (median of 5) | ns per op, cold | peak reserved MiB | "
            "peak reserved / peak live |\n|---|---|---|---|---|---|\n");
-    for (int i = only_torch ? 4 : 2; i < argc; i++) {
+    for (int i = only ? 4 : 2; i < argc; i++) {
         trace t;
         char err[512];
         if (trace_load(argv[i], &t, err, sizeof err) != 0) {
@@ -254,14 +257,21 @@ int main(int argc, char **argv)
         }
         uint64_t live = peak_live_of(t);
         const char *name = strrchr(argv[i], '/') ? strrchr(argv[i], '/') + 1 : argv[i];
-        std::vector<const bench_allocator *> which = {&a.tidepool, &a.torch, &a.async};
-        if (only_torch)
-            which = {&a.torch};
+        std::vector<const bench_allocator *> which;
+        for (const bench_allocator *al : {&a.tidepool, &a.torch, &a.async})
+            if (!only || !strcmp(only, al->name))
+                which.push_back(al);
+        if (which.empty()) {
+            fprintf(stderr, "gpu_bench: --only %s: no such allocator\n", only);
+            return 2;
+        }
         for (const bench_allocator *al : which) {
             ReplayResult r = replay(a, al, t, 5);
             std::string label = al->name;
             if (al == &a.torch && conf && *conf)
                 label += std::string(" (") + conf + ")";
+            if (al == &a.tidepool && tide_conf && *tide_conf)
+                label += std::string(" (") + tide_conf + ")";
             printf("| %s | %s | %.1f | %.1f | %.1f | %.3f |\n", name, label.c_str(), r.warm_ns_per_op,
                    r.cold_ns_per_op, r.peak_reserved / 1048576.0, (double)r.peak_reserved / (double)live);
             fflush(stdout);

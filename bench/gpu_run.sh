@@ -11,6 +11,10 @@
 #                                   PyTorch's allocator and with tidepool (default 300 steps)
 #   bench/gpu_run.sh reliability    scrub and guard on the GPU, compute-sanitizer over them, and
 #                                   tidepool's snapshot rendered by PyTorch's memory visualizer
+#   bench/gpu_run.sh expandable [STEPS]  expandable segments: the GPU test (map and unmap cost, peer
+#                                   access on 2 GPUs), compute-sanitizer, trace replays against PyTorch's
+#                                   expandable segments, the PyTorch test, the seed's loop (default
+#                                   1000 steps) and alternating step-time runs
 set -u
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
@@ -88,6 +92,48 @@ reliability)
     echo "== snapshot of the seed's loop, rendered by torch/cuda/_memory_viz.py"
     python3 bench/snapshot_viz.py "$OUT/viz" 5
     echo "snapshot_viz exit status: $?"
+    ;;
+expandable)
+    build
+    bench/build_gpu_bench.sh $BUILD || exit 1
+    steps=${2:-1000}
+    echo "== expandable segments on the GPU"
+    $BUILD/tests/gpu_expandable
+    echo "gpu_expandable exit status: $?"
+    TIDE_GPU_OPS=500 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/tests/gpu_expandable \
+        2>&1 | grep -E "ERROR SUMMARY|all checks|FAILED" | tail -3
+    echo "compute-sanitizer exit status: ${PIPESTATUS[0]} for gpu_expandable"
+    echo "== replay: each allocator in its own process (configurations are read at start)"
+    TIDEPOOL_CONF=expandable_segments:True $BUILD/gpu_bench replay --only tidepool traces/*.csv.gz \
+        | tee "$OUT/replay_expandable.md"
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $BUILD/gpu_bench replay --only pytorch traces/*.csv.gz \
+        | tail -n +3 | tee -a "$OUT/replay_expandable.md"
+    $BUILD/gpu_bench replay --only tidepool traces/*.csv.gz | tail -n +3 | tee -a "$OUT/replay_expandable.md"
+    $BUILD/gpu_bench replay --only pytorch traces/*.csv.gz | tail -n +3 | tee -a "$OUT/replay_expandable.md"
+    echo "== the PyTorch test with tidepool's expandable segments"
+    TIDEPOOL_CONF=expandable_segments:True python3 tests/gpu/test_torch.py 2>&1 | tail -4
+    echo "test_torch exit status: ${PIPESTATUS[0]}"
+    echo "== the seed's loop"
+    for alloc in expandable tidepool-expandable native tidepool; do
+        python3 bench/seed_loop.py --allocator $alloc --steps "$steps" --json "$OUT/seed_$alloc.json" 2>&1 | tail -1
+    done
+    python3 bench/summarize_seed.py "$OUT"/seed_*.json | tee "$OUT/seed_summary.md"
+    for round in 1 2 3; do
+        for alloc in expandable tidepool-expandable; do
+            python3 bench/seed_loop.py --allocator $alloc --steps 300 --json "$OUT/alt_${alloc}_$round.json" 2>&1 | tail -1
+        done
+    done
+    python3 - "$OUT" <<'PY' | tee -a "$OUT/seed_summary.md"
+import glob, json, statistics, sys
+ms = {}
+for alloc in ("expandable", "tidepool-expandable"):
+    ms[alloc] = [statistics.median(json.load(open(p))["window_ms_per_step"][1:])
+                 for p in sorted(glob.glob(sys.argv[1] + "/alt_%s_*.json" % alloc))]
+print("\nalternating runs (300 steps each, median ms/step of each run): PyTorch expandable %s, tidepool "
+      "expandable %s" % (["%.3f" % v for v in ms["expandable"]], ["%.3f" % v for v in ms["tidepool-expandable"]]))
+print("tidepool / PyTorch (both expandable), median of the runs: %+.2f%%" % (
+    (statistics.median(ms["tidepool-expandable"]) / statistics.median(ms["expandable"]) - 1) * 100))
+PY
     ;;
 seed)
     build

@@ -21,7 +21,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--allocator", choices=["native", "expandable", "async", "tidepool"], required=True)
+parser.add_argument("--allocator", choices=["native", "expandable", "async", "tidepool", "tidepool-expandable"],
+                    required=True)
 parser.add_argument("--steps", type=int, default=2000)
 parser.add_argument("--json")
 args = parser.parse_args()
@@ -35,10 +36,10 @@ else:
 
 import torch  # noqa: E402
 
-if args.allocator == "tidepool":
+if args.allocator.startswith("tidepool"):
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import tidepool.torch as tt
-    tt.enable()
+    tt.enable(config="expandable_segments:True" if args.allocator == "tidepool-expandable" else None)
     peak_reserved = tt.max_memory_reserved
     reserved = tt.memory_reserved
 else:

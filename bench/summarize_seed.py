@@ -7,7 +7,7 @@ runs = {}
 for path in sys.argv[1:]:
     r = json.load(open(path))
     runs[r["allocator"]] = r
-order = [a for a in ("native", "expandable", "async", "tidepool") if a in runs]
+order = [a for a in ("native", "expandable", "async", "tidepool", "tidepool-expandable") if a in runs]
 base = runs.get("native")
 MiB = 2**20
 print("| allocator | median ms/step | vs PyTorch | peak reserved MiB | vs PyTorch | peak device used MiB "
@@ -26,6 +26,13 @@ for name in order:
         name, ms, (ms / base_ms - 1) * 100, r["peak_reserved"] / MiB,
         r["peak_reserved"] / base["peak_reserved"] if base else 1, r["peak_device_used"] / MiB,
         ", ".join(map(str, floors)), growth / MiB))
+if "expandable" in runs and "tidepool-expandable" in runs:
+    e, t = runs["expandable"], runs["tidepool-expandable"]
+    me = statistics.median(e["window_ms_per_step"][1:] or e["window_ms_per_step"])
+    mt = statistics.median(t["window_ms_per_step"][1:] or t["window_ms_per_step"])
+    print("\ntidepool-expandable against PyTorch's expandable_segments: ms/step %+.2f%%, peak reserved "
+          "%.3f x, peak device used %.3f x" % ((mt / me - 1) * 100, t["peak_reserved"] / e["peak_reserved"],
+                                              t["peak_device_used"] / e["peak_device_used"]))
 print()
 print("steps: %d; device: %s; torch %s" % (runs[order[0]]["steps"], runs[order[0]]["device"],
                                           runs[order[0]]["torch"]))

@@ -92,6 +92,11 @@
  *                                     and without waiting (the backend's fill), so no owner reads the
  *                                     last owner's data. For devices shared between tenants. Default
  *                                     False.
+ *     peer_access:B                   True (with expandable_segments:True): tide_devices, and so
+ *                                     tidepool.torch and tidepool.cupy, map every page so that each
+ *                                     other GPU able to (cuDeviceCanAccessPeer) can read and write it.
+ *                                     A program calling tide_create itself passes the peers to
+ *                                     tide_backend_cuda_peers instead. Default False.
  *     leak_report:B                   True: tide_destroy prints tide_leak_report to stderr when
  *                                     allocations are still live. Default False.
  *     guard:B                         True: surround every block with 512 bytes of canary before it
@@ -460,7 +465,8 @@ TIDE_API void tide_string_free(char *text);
 /* The history as JSON: {"dropped": N, "events": [{"seq", "time_ns", "kind", "stream", "addr", "size",
  * "tag", "frames": ["libx.so(f+0x1c)", ...]}, ...]}. */
 TIDE_API tide_status tide_history_json(tide_allocator *t, char **out);
-/* Every segment and block now, as JSON: {"segments": [{"address", "size", "pool", "stream", "blocks":
+/* Every segment and block now, as JSON: {"segments": [{"address", "size", "pool", "stream",
+ * "expandable" (a run of pages under expandable_segments:True), "blocks":
  * [{"address", "size", "requested", "state": "active" | "pending_free" | "cached", "stream", "tag",
  * "site"}]}], "stats": {...tide_stats_json...}}. A block's address is the user's pointer. */
 TIDE_API tide_status tide_snapshot_json(tide_allocator *t, char **out);
@@ -564,6 +570,13 @@ TIDE_API tide_status tide_cuda_device_count(int *out);
 /* A backend for CUDA device `device`. Pass it to tide_create, which takes it over; or give it back
  * with tide_backend_close. */
 TIDE_API tide_status tide_backend_cuda(int device, tide_backend *out);
+
+/* The same, with peer access: memory mapped for expandable segments (expandable_segments:True) is
+ * readable and writable by each of the npeers devices in peers too (at most TIDE_CUDA_MAX_PEERS, each
+ * able to access this device's memory: cuDeviceCanAccessPeer). Without expandable segments, peer
+ * access is the CUDA runtime's business (cudaDeviceEnablePeerAccess), as for any cuMemAlloc memory. */
+#define TIDE_CUDA_MAX_PEERS 16
+TIDE_API tide_status tide_backend_cuda_peers(int device, const int *peers, int npeers, tide_backend *out);
 
 /* One allocator per CUDA device, each created on first use with the same config: what a framework
  * that allocates on several devices needs. Any thread may call these. */

@@ -177,6 +177,9 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
         return tide__fail(TIDE_EUNSUPPORTED, "tide_create: guard:True needs a backend with a verify "
                           "function, and the %s backend has none", backend->name ? backend->name : "(unnamed)");
 
+    if (conf.peer_access && !conf.expandable_segments)
+        return tide__fail(TIDE_EINVAL, "tide_create: peer_access:True needs expandable_segments:True (peer "
+                          "access to memory from cuMemAlloc is the CUDA runtime's cudaDeviceEnablePeerAccess)");
     bool has_vm = backend->struct_size > offsetof(tide_backend, unmap) && backend->va_reserve &&
                   backend->va_release && backend->map && backend->unmap;
     if (conf.expandable_segments && !has_vm)

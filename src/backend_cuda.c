@@ -5,6 +5,12 @@
  * without CUDA, and picks a GPU up where there is one. The types and constants below are the driver
  * API's own (cuda.h); they are declared here so no CUDA header is needed to build.
  *
+ * With expandable segments, memory comes from the driver's virtual memory API instead: an address range
+ * reserved once (cuMemAddressReserve), and pages of physical memory created (cuMemCreate), mapped into
+ * it (cuMemMap) and made accessible (cuMemSetAccess) one page each, so that any page can be unmapped
+ * (cuMemUnmap) on its own later. A page's handle is released (cuMemRelease) as soon as it is mapped:
+ * the mapping keeps the memory, and unmapping it frees it.
+ *
  * Every call works in the device's primary context, the one the CUDA runtime (and so PyTorch and CuPy)
  * uses, made current only for the call if the calling thread has another one current. Fences are
  * events created without timing; tidepool pools and reuses them.
@@ -25,6 +31,25 @@ typedef struct CUevent_st *CUevent;
 typedef unsigned long long CUdeviceptr;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct {
+    int type, id;                     /* CUmemLocationType, the device ordinal */
+} CUmemLocation;
+typedef struct {
+    int type;                         /* CUmemAllocationType */
+    int requestedHandleTypes;         /* CUmemAllocationHandleType */
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType, gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+typedef struct {
+    CUmemLocation location;
+    int flags;                        /* CUmemAccess_flags */
+} CUmemAccessDesc;
 
 enum {
     CUDA_SUCCESS = 0,
@@ -32,6 +57,10 @@ enum {
     CUDA_ERROR_DEINITIALIZED = 4,
     CUDA_ERROR_NOT_READY = 600,
     CU_EVENT_DISABLE_TIMING = 2,
+    CU_MEM_ALLOCATION_TYPE_PINNED = 1,
+    CU_MEM_LOCATION_TYPE_DEVICE = 1,
+    CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
+    CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
 };
 
 /* The driver functions tidepool uses, by the names the driver exports. */
@@ -64,6 +93,17 @@ static struct driver {
     CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
     CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void **, void **);
+    /* virtual memory (expandable segments); optional: NULL if the driver lacks them */
+    CUresult (*MemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);
+    CUresult (*MemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*MemAddressFree)(CUdeviceptr, size_t);
+    CUresult (*MemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                          unsigned long long);
+    CUresult (*MemRelease)(CUmemGenericAllocationHandle);
+    CUresult (*MemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*MemUnmap)(CUdeviceptr, size_t);
+    CUresult (*MemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*DeviceCanAccessPeer)(int *, CUdevice, CUdevice);
 } cu;
 
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
@@ -121,6 +161,27 @@ static void load_driver(void)
             return;
         }
         memcpy((char *)&cu + symbols[i].offset, &f, sizeof f);
+    }
+    /* Virtual memory came with CUDA 10.2; without it, expandable segments are unsupported. */
+    static const struct {
+        const char *name;
+        size_t offset;
+    } optional[] = {
+#define SYMBOL(field, name) {name, offsetof(struct driver, field)}
+        SYMBOL(MemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
+        SYMBOL(MemAddressReserve, "cuMemAddressReserve"),
+        SYMBOL(MemAddressFree, "cuMemAddressFree"),
+        SYMBOL(MemCreate, "cuMemCreate"),
+        SYMBOL(MemRelease, "cuMemRelease"),
+        SYMBOL(MemMap, "cuMemMap"),
+        SYMBOL(MemUnmap, "cuMemUnmap"),
+        SYMBOL(MemSetAccess, "cuMemSetAccess"),
+        SYMBOL(DeviceCanAccessPeer, "cuDeviceCanAccessPeer"),
+#undef SYMBOL
+    };
+    for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++) {
+        void *f = dlsym(lib, optional[i].name);
+        memcpy((char *)&cu + optional[i].offset, &f, sizeof f);
     }
     driver_init_result = cu.Init(0);
 }
@@ -183,6 +244,11 @@ struct cuda_device {
     CUmodule verify_module;
     CUfunction verify_kernel;
     CUdeviceptr verify_result;
+    /* expandable segments */
+    size_t page;                      /* a multiple of the driver's granularity and of 2 MiB */
+    CUmemAllocationProp page_prop;
+    CUmemAccessDesc access[TIDE_CUDA_MAX_PEERS + 1]; /* this device, then its peers */
+    int naccess;
 };
 
 /* Makes the device's context current for one call; undone by leave. */
@@ -357,6 +423,119 @@ static tide_status cuda_verify(void *ctx, uintptr_t addr, size_t size, uint8_t v
     return TIDE_ECORRUPT;
 }
 
+/* ---- virtual memory (expandable segments) --------------------------------------------------------- */
+
+static tide_status cuda_va_reserve(void *ctx, size_t size, uintptr_t *out)
+{
+    struct cuda_device *d = ctx;
+    CUdeviceptr p = 0;
+    CUresult r;
+    IN_CONTEXT(d, r, cu.MemAddressReserve(&p, size, d->page, 0, 0));
+    if (r != CUDA_SUCCESS)
+        return driver_failed(r, "cuMemAddressReserve");
+    *out = (uintptr_t)p;
+    return TIDE_OK;
+}
+
+static tide_status cuda_va_release(void *ctx, uintptr_t addr, size_t size)
+{
+    CUresult r;
+    IN_CONTEXT((struct cuda_device *)ctx, r, cu.MemAddressFree((CUdeviceptr)addr, size));
+    if (r == CUDA_ERROR_DEINITIALIZED)
+        return TIDE_OK;
+    return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuMemAddressFree");
+}
+
+/* In the device's context: unmaps the first n pages at addr. */
+static CUresult unmap_pages(const struct cuda_device *d, CUdeviceptr addr, size_t n)
+{
+    CUresult first = CUDA_SUCCESS;
+    for (size_t i = 0; i < n; i++) {
+        CUresult r = cu.MemUnmap(addr + i * d->page, d->page);
+        if (first == CUDA_SUCCESS)
+            first = r;
+    }
+    return first;
+}
+
+/* In the device's context: one handle per page, so each can be unmapped alone; then access for the
+ * whole range in one call. A failure unmaps what was mapped. */
+static CUresult map_pages(const struct cuda_device *d, CUdeviceptr addr, size_t size, const char **call)
+{
+    size_t n = size / d->page, done = 0;
+    CUresult r = CUDA_SUCCESS;
+    for (; done < n; done++) {
+        CUmemGenericAllocationHandle h;
+        if ((r = cu.MemCreate(&h, d->page, &d->page_prop, 0)) != CUDA_SUCCESS) {
+            *call = "cuMemCreate";
+            break;
+        }
+        r = cu.MemMap(addr + done * d->page, d->page, 0, h, 0);
+        cu.MemRelease(h); /* the mapping holds the memory from now on */
+        if (r != CUDA_SUCCESS) {
+            *call = "cuMemMap";
+            break;
+        }
+    }
+    if (r == CUDA_SUCCESS && (r = cu.MemSetAccess(addr, size, d->access, (size_t)d->naccess)) != CUDA_SUCCESS)
+        *call = "cuMemSetAccess";
+    if (r != CUDA_SUCCESS)
+        unmap_pages(d, addr, done);
+    return r;
+}
+
+static tide_status cuda_map(void *ctx, uintptr_t addr, size_t size)
+{
+    struct cuda_device *d = ctx;
+    const char *call = "cuMemMap";
+    CUresult r;
+    IN_CONTEXT(d, r, map_pages(d, (CUdeviceptr)addr, size, &call));
+    return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, call);
+}
+
+static tide_status cuda_unmap(void *ctx, uintptr_t addr, size_t size)
+{
+    struct cuda_device *d = ctx;
+    CUresult r;
+    /* Work queued on the block's stream may still touch pages tidepool counts as FREE (a stream reuses
+     * its own blocks in order); unlike cuMemFree, cuMemUnmap does not wait for it, so wait here. */
+    IN_CONTEXT(d, r, cu.CtxSynchronize());
+    if (r == CUDA_SUCCESS)
+        IN_CONTEXT(d, r, unmap_pages(d, (CUdeviceptr)addr, size / d->page));
+    if (r == CUDA_ERROR_DEINITIALIZED)
+        return TIDE_OK;
+    return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuMemUnmap");
+}
+
+/* Fills in the page size and the access list; leaves virtual memory off (NULL functions) if the
+ * driver lacks it. */
+static void vm_setup(struct cuda_device *d, const int *peers, int npeers, tide_backend *out)
+{
+    if (!cu.MemCreate || !cu.MemAddressReserve || !cu.MemGetAllocationGranularity || !cu.MemSetAccess)
+        return;
+    d->page_prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    d->page_prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d->page_prop.location.id = d->ordinal;
+    size_t granularity = 0;
+    if (cu.MemGetAllocationGranularity(&granularity, &d->page_prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+            CUDA_SUCCESS ||
+        granularity == 0)
+        return;
+    d->page = TIDE_SEGMENT_GRANULE;
+    while (d->page % granularity)
+        d->page += TIDE_SEGMENT_GRANULE;
+    d->access[0] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, d->ordinal}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    d->naccess = 1;
+    for (int i = 0; i < npeers; i++)
+        d->access[d->naccess++] =
+            (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, peers[i]}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    out->page_size = d->page;
+    out->va_reserve = cuda_va_reserve;
+    out->va_release = cuda_va_release;
+    out->map = cuda_map;
+    out->unmap = cuda_unmap;
+}
+
 static void cuda_close(void *ctx)
 {
     struct cuda_device *d = ctx;
@@ -373,7 +552,29 @@ static void cuda_close(void *ctx)
     free(d);
 }
 
+int cuda_peers_of(int device, int *peers, int cap)
+{
+    int count = 0, n = 0;
+    if (driver_ready() != TIDE_OK || cu.DeviceGetCount(&count) != CUDA_SUCCESS || !cu.DeviceCanAccessPeer)
+        return -1;
+    CUdevice self, other;
+    if (cu.DeviceGet(&self, device) != CUDA_SUCCESS)
+        return -1;
+    for (int i = 0; i < count && n < cap; i++) {
+        int can = 0;
+        if (i != device && cu.DeviceGet(&other, i) == CUDA_SUCCESS &&
+            cu.DeviceCanAccessPeer(&can, other, self) == CUDA_SUCCESS && can)
+            peers[n++] = i;
+    }
+    return n;
+}
+
 tide_status tide_backend_cuda(int device, tide_backend *out)
+{
+    return tide_backend_cuda_peers(device, NULL, 0, out);
+}
+
+tide_status tide_backend_cuda_peers(int device, const int *peers, int npeers, tide_backend *out)
 {
     if (!out)
         return tide__fail(TIDE_EINVAL, "tide_backend_cuda: out is NULL");
@@ -388,6 +589,21 @@ tide_status tide_backend_cuda(int device, tide_backend *out)
     if (device < 0 || device >= count)
         return tide__fail(TIDE_EINVAL, "tide_backend_cuda: no CUDA device %d (this machine has %d)",
                           device, count);
+    if (npeers < 0 || npeers > TIDE_CUDA_MAX_PEERS || (npeers && !peers))
+        return tide__fail(TIDE_EINVAL, "tide_backend_cuda_peers: %d peers (at most %d)", npeers,
+                          TIDE_CUDA_MAX_PEERS);
+    for (int i = 0; i < npeers; i++) {
+        int can = 0;
+        CUdevice a, b;
+        if (peers[i] < 0 || peers[i] >= count || peers[i] == device)
+            return tide__fail(TIDE_EINVAL, "tide_backend_cuda_peers: %d is not another CUDA device of "
+                              "this machine (it has %d)", peers[i], count);
+        if (!cu.DeviceCanAccessPeer || cu.DeviceGet(&a, peers[i]) != CUDA_SUCCESS ||
+            cu.DeviceGet(&b, device) != CUDA_SUCCESS || cu.DeviceCanAccessPeer(&can, a, b) != CUDA_SUCCESS ||
+            !can)
+            return tide__fail(TIDE_EUNSUPPORTED, "tide_backend_cuda_peers: device %d cannot access the "
+                              "memory of device %d (no peer access between them)", peers[i], device);
+    }
     struct cuda_device *d = calloc(1, sizeof *d);
     if (!d)
         return tide__fail(TIDE_EHOSTMEM, "tide_backend_cuda: out of host memory");
@@ -415,5 +631,6 @@ tide_status tide_backend_cuda(int device, tide_backend *out)
     out->close = cuda_close;
     out->fill = cuda_fill;
     out->verify = cuda_verify;
+    vm_setup(d, peers, npeers, out);
     return TIDE_OK;
 }

@@ -12,7 +12,7 @@
 
 #define KEY_LIST                                                                                   \
     "limit, garbage_collection_threshold, max_split_size_mb, trim_on_growth, debug, expandable_segments, " \
-    "scrub, guard, leak_report"
+    "scrub, guard, leak_report, peer_access"
 
 void config_defaults(struct tide_config *c)
 {
@@ -170,6 +170,9 @@ static tide_status apply(struct tide_config *c, const char *origin, const char *
         c->max_split_size = (size_t)mb * MiB;
     } else if (equals(k, klen, "trim_on_growth")) {
         if (!parse_bool(v, vlen, &c->trim_on_growth))
+            return bad_value(origin, k, klen, v, vlen, "True or False");
+    } else if (equals(k, klen, "peer_access")) {
+        if (!parse_bool(v, vlen, &c->peer_access))
             return bad_value(origin, k, klen, v, vlen, "True or False");
     } else if (equals(k, klen, "leak_report")) {
         if (!parse_bool(v, vlen, &c->leak_report))

@@ -12,6 +12,7 @@
 struct tide_devices {
     pthread_mutex_t lock;                 /* serializes creation */
     char *config;
+    bool peer_access;                     /* config key peer_access */
     _Atomic(tide_allocator *) per_device[MAX_DEVICES];
 };
 
@@ -23,7 +24,9 @@ tide_status tide_devices_create(const char *config, tide_devices **out)
     /* Check the config now, so a bad one fails here and not at the first allocation. */
     struct tide_config c;
     config_defaults(&c);
-    tide_status s = config_parse(&c, config, "config");
+    tide_status s = config_parse(&c, getenv("TIDEPOOL_CONF"), "TIDEPOOL_CONF");
+    if (s == TIDE_OK)
+        s = config_parse(&c, config, "config");
     if (s != TIDE_OK)
         return s;
     tide_devices *set = calloc(1, sizeof *set);
@@ -32,6 +35,7 @@ tide_status tide_devices_create(const char *config, tide_devices **out)
         return tide__fail(TIDE_EHOSTMEM, "tide_devices_create: out of host memory");
     }
     pthread_mutex_init(&set->lock, NULL);
+    set->peer_access = c.peer_access;
     *out = set;
     return TIDE_OK;
 }
@@ -69,7 +73,10 @@ tide_status tide_devices_get(tide_devices *set, int device, tide_allocator **out
     t = atomic_load(&set->per_device[device]);
     if (!t) {
         tide_backend be;
-        s = tide_backend_cuda(device, &be);
+        int peers[TIDE_CUDA_MAX_PEERS], npeers = 0;
+        if (set->peer_access && (npeers = cuda_peers_of(device, peers, TIDE_CUDA_MAX_PEERS)) < 0)
+            npeers = 0;
+        s = tide_backend_cuda_peers(device, peers, npeers, &be);
         if (s == TIDE_OK) {
             s = tide_create(&be, set->config, &t);
             if (s != TIDE_OK)

@@ -203,6 +203,7 @@ struct tide_config {
     bool leak_report;                 /* tide_destroy prints the leak report if anything is live */
     bool scrub;                       /* zero blocks before handing them out */
     bool guard;                       /* canaries around blocks, checked at free */
+    bool peer_access;                 /* tide_devices: pages mapped for every peer device too */
 };
 void config_defaults(struct tide_config *c);
 /* Applies "key:value,..." on top of *c. origin names the string in messages ("TIDEPOOL_CONF"). On
@@ -210,6 +211,10 @@ void config_defaults(struct tide_config *c);
 tide_status config_parse(struct tide_config *c, const char *text, const char *origin);
 /* Parses "8GiB", "512MB", "4096"; false if malformed. */
 bool parse_size(const char *text, size_t len, uint64_t *out);
+
+/* ---- backend_cuda.c ---------------------------------------------------------------------------- */
+/* The other CUDA devices that can access device's memory (at most cap), or -1 without a driver. */
+int cuda_peers_of(int device, int *peers, int cap);
 
 /* ---- error.c ------------------------------------------------------------------------------------- */
 tide_status tide__fail(tide_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -35,8 +35,9 @@ tide_status tide_snapshot_json(tide_allocator *t, char **out)
         struct heap *h = t->heaps[i];
         for (struct segment *seg = h->segments; seg; seg = seg->next) {
             text_printf(&x, "%s\n {\"address\": %llu, \"size\": %zu, \"pool\": \"%s\", \"stream\": %llu, "
-                        "\"blocks\": [", first_segment ? "" : ",", (unsigned long long)seg->base, seg->size,
-                        seg->pool == POOL_SMALL ? "small" : "large", (unsigned long long)h->stream);
+                        "\"expandable\": %s, \"blocks\": [", first_segment ? "" : ",", (unsigned long long)seg->base,
+                        seg->size, seg->pool == POOL_SMALL ? "small" : "large", (unsigned long long)h->stream,
+                        seg->arena ? "true" : "false");
             first_segment = false;
             for (struct block *b = seg->first; b; b = b->next) {
                 bool active = b->state == BLOCK_ACTIVE;

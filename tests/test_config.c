@@ -36,6 +36,8 @@ static void test_good_strings(void)
     CHECK(!c.expandable_segments && c.trim_on_growth);
     c = parsed("expandable_segments:True", TIDE_OK);
     CHECK(c.expandable_segments);
+    c = parsed("expandable_segments:True,peer_access:True", TIDE_OK);
+    CHECK(c.expandable_segments && c.peer_access);
     c = parsed("trim_on_growth:False", TIDE_OK);
     CHECK(!c.trim_on_growth);
     c = parsed("", TIDE_OK);

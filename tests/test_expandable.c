@@ -274,6 +274,11 @@ static void test_needs_virtual_memory(void)
     be.page_size = 4096;
     CHECK_STATUS(tide_create(&be, CONF, &t), TIDE_EUNSUPPORTED);
     CHECK_MESSAGE("not a multiple of 2 MiB");
+    be = tide_sim_backend(sim);
+    CHECK_STATUS(tide_create(&be, "peer_access:True", &t), TIDE_EINVAL);
+    CHECK_MESSAGE("peer_access:True needs expandable_segments:True");
+    CHECK_OK(tide_create(&be, CONF ",peer_access:True", &t));
+    CHECK_OK(tide_destroy(t));
     tide_sim_destroy(sim);
 }
 

@@ -197,8 +197,11 @@ __attribute__((noinline)) static int replay_passes(struct run *x)
             /* Counted within the pass, so every pass empties at the same points of the program. */
             if (i + 1 == next_empty) {
                 next_empty += o->empty_cache_every;
-                if (tide_empty_cache(x->t, NULL) != TIDE_OK)
+                tide_release_report rep;
+                if (tide_empty_cache(x->t, &rep) != TIDE_OK)
                     return failed(x, "tide_empty_cache");
+                if (r->empty_cache_calls < REPLAY_FLOORS)
+                    r->floors[r->empty_cache_calls] = rep.reserved_bytes;
                 r->empty_cache_calls++;
             }
         }

@@ -145,6 +145,9 @@ static void print_json(FILE *f, const char *path, const char *conf, const struct
     fputs("],\n  \"pass_end_reserved_bytes\": [", f);
     for (unsigned i = 0; i < r->passes; i++)
         fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)r->pass_end_reserved[i]);
+    fputs("],\n  \"reserved_after_each_empty_cache_bytes\": [", f);
+    for (uint64_t i = 0; i < r->empty_cache_calls && i < REPLAY_FLOORS; i++)
+        fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)r->floors[i]);
     fputs("]\n}", f);
 }
 

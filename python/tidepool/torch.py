@@ -218,7 +218,7 @@ def memory_snapshot():
             active = [b for b in blocks if b["state"] != "inactive"]
             segments.append({
                 "device": d, "address": seg["address"], "total_size": seg["size"], "stream": seg["stream"],
-                "segment_type": seg["pool"], "segment_pool_id": (0, 0), "is_expandable": False,
+                "segment_type": seg["pool"], "segment_pool_id": (0, 0), "is_expandable": seg.get("expandable", False),
                 "allocated_size": sum(b["size"] for b in blocks if b["state"] == "active_allocated"),
                 "active_size": sum(b["size"] for b in active),
                 "requested_size": sum(b["requested_size"] for b in active),
