@@ -11,10 +11,11 @@
 #                                   PyTorch's allocator and with tidepool (default 300 steps)
 #   bench/gpu_run.sh reliability    scrub and guard on the GPU, compute-sanitizer over them, and
 #                                   tidepool's snapshot rendered by PyTorch's memory visualizer
-#   bench/gpu_run.sh expandable [STEPS]  expandable segments: the GPU test (map and unmap cost, peer
-#                                   access on 2 GPUs), compute-sanitizer, trace replays against PyTorch's
-#                                   expandable segments, the PyTorch test, the seed's loop (default
-#                                   1000 steps) and alternating step-time runs
+#   bench/gpu_run.sh expandable     expandable segments: the GPU test (map and unmap cost, peer access
+#                                   on 2 GPUs), compute-sanitizer, trace replays against PyTorch's
+#                                   expandable segments, the PyTorch test
+#   bench/gpu_run.sh expandable-seed [STEPS]  the seed's loop with both allocators' expandable
+#                                   segments (default 1000 steps), then alternating step-time runs
 set -u
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
@@ -96,7 +97,6 @@ reliability)
 expandable)
     build
     bench/build_gpu_bench.sh $BUILD || exit 1
-    steps=${2:-1000}
     echo "== expandable segments on the GPU"
     $BUILD/tests/gpu_expandable
     echo "gpu_expandable exit status: $?"
@@ -113,6 +113,10 @@ expandable)
     echo "== the PyTorch test with tidepool's expandable segments"
     TIDEPOOL_CONF=expandable_segments:True python3 tests/gpu/test_torch.py 2>&1 | tail -4
     echo "test_torch exit status: ${PIPESTATUS[0]}"
+    ;;
+expandable-seed)
+    build
+    steps=${2:-1000}
     echo "== the seed's loop"
     for alloc in expandable tidepool-expandable native tidepool; do
         python3 bench/seed_loop.py --allocator $alloc --steps "$steps" --json "$OUT/seed_$alloc.json" 2>&1 | tail -1
