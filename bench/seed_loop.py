@@ -24,6 +24,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--allocator", choices=["native", "expandable", "async", "tidepool", "tidepool-expandable"],
                     required=True)
 parser.add_argument("--steps", type=int, default=2000)
+parser.add_argument("--tidepool-conf", help="tidepool's config string (for --allocator tidepool)")
 parser.add_argument("--json")
 args = parser.parse_args()
 
@@ -39,7 +40,9 @@ import torch  # noqa: E402
 if args.allocator.startswith("tidepool"):
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import tidepool.torch as tt
-    tt.enable(config="expandable_segments:True" if args.allocator == "tidepool-expandable" else None)
+    conf = [c for c in ("expandable_segments:True" if args.allocator == "tidepool-expandable" else None,
+                        args.tidepool_conf) if c]
+    tt.enable(config=",".join(conf) or None)
     peak_reserved = tt.max_memory_reserved
     reserved = tt.memory_reserved
 else:

@@ -9,6 +9,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The test runs under whatever TIDEPOOL_CONF says; expandable segments change what a few checks expect.
+EXPANDABLE = "expandable_segments:true" in os.environ.get("TIDEPOOL_CONF", "").replace(" ", "").lower()
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 try:
@@ -70,7 +72,10 @@ def test_empty_cache_returns_the_device_to_its_floor():
     check(after == floor, "device used memory back to its floor after empty_cache: floor %d MiB, "
           "during %d MiB, after %d MiB" % (floor >> 20, peak >> 20, after >> 20))
     s = tt.memory_stats()
-    check(s["num_device_free"] == s["num_device_alloc"] and s["reserved_bytes.all.current"] == 0,
+    # With expandable segments maps and unmaps need not pair up (an unmap may take pages that several
+    # maps put there, or part of one); the bytes must.
+    check((EXPANDABLE or s["num_device_free"] == s["num_device_alloc"]) and s["num_device_free"] > 0 and
+          s["reserved_bytes.all.current"] == 0,
           "every segment reserved was released (%d reserved, %d released)"
           % (s["num_device_alloc"], s["num_device_free"]))
 
@@ -110,8 +115,12 @@ def test_statistics():
     check(s["allocated_bytes.all.current"] == 1024 + (3 << 20),
           "allocated_bytes.all.current counts both tensors (%d)" % s["allocated_bytes.all.current"])
     check(s["requested_bytes.all.current"] == 1000 + (3 << 20), "requested_bytes as asked")
-    check(s["reserved_bytes.small_pool.current"] == 2 << 20 and
-          s["reserved_bytes.large_pool.current"] == 20 << 20, "reserved per pool")
+    if EXPANDABLE:  # one pool per stream, in 2 MiB pages: 1 KiB + 3 MiB fill two
+        check(s["reserved_bytes.small_pool.current"] == 0 and
+              s["reserved_bytes.large_pool.current"] == 4 << 20, "reserved per pool (expandable segments)")
+    else:
+        check(s["reserved_bytes.small_pool.current"] == 2 << 20 and
+              s["reserved_bytes.large_pool.current"] == 20 << 20, "reserved per pool")
     summary = tt.memory_summary()
     check("Allocated memory" in summary and "Pending free" in summary, "memory_summary() prints a table")
     print(summary)
