@@ -66,15 +66,26 @@ static tide_status arena_create(tide_allocator *t, struct heap *h, enum pool_kin
     struct arena *a = calloc(1, sizeof *a);
     if (!a)
         return tide__fail(TIDE_EHOSTMEM, "out of host memory for an address range");
-    size_t size = round_up(at_least > t->device_total ? at_least : t->device_total, be->page_size);
-    tide__clear_backend_message();
-    tide_status s = be->va_reserve(be->ctx, size, &a->base);
+    /* As large as the device, so one arena holds whatever the stream needs. Where the address space
+     * is short (valgrind, a small VA limit), smaller ones serve too: a stream can have several. */
+    size_t want = round_up(at_least > t->device_total ? at_least : t->device_total, be->page_size);
+    size_t least = round_up(at_least, be->page_size), size = want;
+    tide_status s;
+    for (;;) {
+        tide__clear_backend_message();
+        s = be->va_reserve(be->ctx, size, &a->base);
+        if (s != TIDE_ENOMEM || size / 2 < least)
+            break;
+        size = round_up(size / 2, be->page_size);
+    }
     if (s != TIDE_OK) {
         free(a);
         char sz[32];
-        return tide__fail_with_context(s == TIDE_ENOMEM ? TIDE_ENOMEM : s,
-                                       "reserving an address range of %s from the %s backend",
-                                       format_bytes(size, sz), be->name);
+        /* Not TIDE_ENOMEM: releasing device memory cannot help, and the out-of-memory report would
+         * hide why. */
+        return tide__fail_with_context(s == TIDE_ENOMEM ? TIDE_EDEVICE : s,
+                                       "expandable segments: reserving an address range of %s from the "
+                                       "%s backend", format_bytes(least, sz), be->name);
     }
     if (a->base % be->page_size) {
         be->va_release(be->ctx, a->base, size);
@@ -251,24 +262,21 @@ tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind po
             if (recently_unmapped(t, p.addr, p.addr + p.need)) {
                 t->high_water = t->reserved + p.need;
             } else {
-                size_t got = 0;
                 release_pages(t, t->reserved + p.need - t->high_water, p.keep_lo, p.keep_hi,
-                              RELEASE_FOR_HIGH_WATER, NULL, &got);
-                released = got > 0;
+                              RELEASE_FOR_HIGH_WATER, NULL, NULL);
+                released = true;
             }
         }
         if (!trimmed && p.need && t->gc_threshold && t->reserved + p.need > t->gc_threshold) {
             size_t got = 0;
             release_pages(t, t->reserved + p.need - t->gc_threshold, p.keep_lo, p.keep_hi,
                           RELEASE_ASKED, NULL, &got);
-            if (got) {
-                t->num_gc_released++;
-                released = true;
-            }
+            t->num_gc_released += got > 0;
+            released = true;
         }
         trimmed = true;
         if (released)
-            continue;
+            continue; /* runs may have split (even where an unmap then failed): plan again */
         if (p.need > t->limit || t->reserved > t->limit - p.need)
             return TIDE_ENOMEM;
         if (p.need) {
@@ -433,7 +441,7 @@ static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t excep
         struct free_pages *v = NULL;
         heap_lock(h);
         size_t n = collect_free_pages(h, page, except_lo, except_hi, &v);
-        if (want != SIZE_MAX)
+        if (want != SIZE_MAX && n > 1)
             qsort(v, n, sizeof *v, larger_first);
         size_t planned = done;
         for (size_t k = 0; k < n && planned < want; k++) {

@@ -23,9 +23,24 @@ struct segment *segment_struct(tide_allocator *t)
     struct segment *seg = t->spare_segments;
     if (seg)
         t->spare_segments = seg->next;
-    else if (!(seg = malloc(sizeof *seg)))
+    else if (!(seg = calloc(1, sizeof *seg)))
         return NULL;
-    memset(seg, 0, sizeof *seg);
+    /* A lock-free reader of the segment map may still hold a recycled struct and read its atomics
+     * (it will find they no longer hold its address, or hold it for the same heap): write them as
+     * atomics, and the rest field by field. */
+    atomic_store_explicit(&seg->heap, NULL, memory_order_relaxed);
+    atomic_store_explicit(&seg->map_base, 0, memory_order_relaxed);
+    atomic_store_explicit(&seg->map_end, 0, memory_order_relaxed);
+    seg->base = 0;
+    seg->size = 0;
+    seg->pool = 0;
+    seg->first = NULL;
+    seg->prev = seg->next = NULL;
+    seg->idle_prev = seg->idle_next = NULL;
+    seg->idle = false;
+    seg->idle_since = 0;
+    seg->arena = NULL;
+    seg->run_prev = seg->run_next = NULL;
     return seg;
 }
 

@@ -30,12 +30,13 @@
 #define FENCE_LAG 6          /* a fence signals this many trace operations after it was recorded */
 #define EMPTY_CACHE_EVERY 5000
 #define SECOND_STREAM ((tide_stream)7)
-#define NEAR_CALLS 512       /* no API call makes more device calls of one kind than this here */
+#define NEAR_CALLS 4096      /* no API call makes more device calls of one kind than this here */
 #define FAULTS_PER_MODE 100  /* by default, each kind of fault is tried at this many N, evenly spread */
 
-enum op { OP_RESERVE, OP_RELEASE, OP_FENCE_CREATE, OP_FENCE_RECORD, OP_FENCE_QUERY, OP_SYNCHRONIZE, OP_COUNT };
+enum op { OP_RESERVE, OP_RELEASE, OP_FENCE_CREATE, OP_FENCE_RECORD, OP_FENCE_QUERY, OP_SYNCHRONIZE, OP_MAP,
+          OP_UNMAP, OP_COUNT };
 static const char *const op_names[OP_COUNT] = {"reserve", "release", "fence_create", "fence_record",
-                                               "fence_query", "synchronize"};
+                                               "fence_query", "synchronize", "map", "unmap"};
 
 /* ---- the scripted device ------------------------------------------------------------------------------ */
 
@@ -81,6 +82,33 @@ static tide_status sd_release(void *ctx, uintptr_t addr, size_t size)
     struct scripted *d = ctx;
     tide_status s = maybe_fail(d, OP_RELEASE);
     return s != TIDE_OK ? s : d->memory.release(d->memory.ctx, addr, size);
+}
+
+/* Expandable segments: the page calls can fail; the address ranges come straight from the device. */
+static tide_status sd_map(void *ctx, uintptr_t addr, size_t size)
+{
+    struct scripted *d = ctx;
+    tide_status s = maybe_fail(d, OP_MAP);
+    return s != TIDE_OK ? s : d->memory.map(d->memory.ctx, addr, size);
+}
+
+static tide_status sd_unmap(void *ctx, uintptr_t addr, size_t size)
+{
+    struct scripted *d = ctx;
+    tide_status s = maybe_fail(d, OP_UNMAP);
+    return s != TIDE_OK ? s : d->memory.unmap(d->memory.ctx, addr, size);
+}
+
+static tide_status sd_va_reserve(void *ctx, size_t size, uintptr_t *out)
+{
+    struct scripted *d = ctx;
+    return d->memory.va_reserve(d->memory.ctx, size, out);
+}
+
+static tide_status sd_va_release(void *ctx, uintptr_t addr, size_t size)
+{
+    struct scripted *d = ctx;
+    return d->memory.va_release(d->memory.ctx, addr, size);
 }
 
 static tide_status sd_fence_create(void *ctx, void **out)
@@ -146,6 +174,11 @@ static tide_backend scripted_backend(struct scripted *d)
 {
     tide_backend be = {sizeof be, "scripted", d, sd_reserve, sd_release, sd_fence_create, sd_fence_record,
                        sd_fence_query, NULL, sd_fence_destroy, sd_synchronize, sd_mem_info, NULL};
+    be.page_size = d->memory.page_size;
+    be.va_reserve = sd_va_reserve;
+    be.va_release = sd_va_release;
+    be.map = sd_map;
+    be.unmap = sd_unmap;
     return be;
 }
 
@@ -154,6 +187,7 @@ static tide_backend scripted_backend(struct scripted *d)
 struct run {
     const struct trace *trace;
     const char *name;
+    const char *config;   /* "" or expandable_segments:True */
     int fail_op;          /* -1: none */
     uint64_t fail_at;
     bool persistent;
@@ -191,7 +225,7 @@ static int check_fault_answer(struct run *r, const char *api, tide_status s, con
     bool words = strstr(tide_last_error(), "scripted fault") != NULL;
     bool malloc_call = !strcmp(api, "tide_malloc"), empty_cache_call = !strcmp(api, "tide_empty_cache");
     switch (r->fail_op) {
-    case OP_RESERVE:
+    case OP_RESERVE: case OP_MAP:
         if (r->fail_status == TIDE_EDEVICE) /* not a shortage: no ladder, the device's words */
             return s == TIDE_EDEVICE && words ? 0 : run_failed(r, api, "expected TIDE_EDEVICE");
         if (r->persistent) /* refused with the report, or served from memory the ladder freed up */
@@ -207,7 +241,7 @@ static int check_fault_answer(struct run *r, const char *api, tide_status s, con
         /* absorbed: the block waits for a synchronize instead */
         return s == TIDE_OK && after->num_fence_errors == before->num_fence_errors + 1
                    ? 0 : run_failed(r, api, "expected the fence error to be absorbed and counted");
-    case OP_RELEASE: case OP_SYNCHRONIZE:
+    case OP_RELEASE: case OP_UNMAP: case OP_SYNCHRONIZE:
         if (empty_cache_call)
             return s == TIDE_EDEVICE && words ? 0 : run_failed(r, api, "expected TIDE_EDEVICE with the "
                                                                "device's words");
@@ -290,7 +324,7 @@ static int replay_with_fault(struct run *r, tide_sim *sim)
     p.d.persistent = r->persistent;
     p.d.fail_status = r->fail_status;
     tide_backend be = scripted_backend(&p.d);
-    if (tide_create(&be, "", &p.t) != TIDE_OK)
+    if (tide_create(&be, r->config, &p.t) != TIDE_OK)
         return run_failed(r, "tide_create", "failed");
 
     const struct trace *tr = r->trace;
@@ -344,10 +378,13 @@ static const struct mode modes[] = {
     {OP_FENCE_CREATE, false, TIDE_EDEVICE}, {OP_FENCE_RECORD, false, TIDE_EDEVICE},
     {OP_FENCE_QUERY, false, TIDE_EDEVICE},  {OP_SYNCHRONIZE, false, TIDE_EDEVICE},
     {OP_SYNCHRONIZE, true, TIDE_EDEVICE},
+    /* expandable segments: pages instead of reservations */
+    {OP_MAP, false, TIDE_ENOMEM},           {OP_MAP, true, TIDE_ENOMEM},
+    {OP_MAP, false, TIDE_EDEVICE},          {OP_UNMAP, false, TIDE_EDEVICE},
 };
 static unsigned long total_runs, total_survived;
 
-static void sweep_trace(const char *name, tide_sim *sim)
+static void sweep_trace(const char *name, tide_sim *sim, const char *config)
 {
     char path[512], err[512];
     snprintf(path, sizeof path, "%s/%s.csv.gz", TIDE_TRACES_DIR, name);
@@ -359,13 +396,15 @@ static void sweep_trace(const char *name, tide_sim *sim)
     }
     unsigned long stride_asked = env_number("TIDE_SWEEP_STRIDE", 0);
     uint64_t window = env_number("TIDE_SWEEP_WINDOW", 2000);
-    struct run clean = {&tr, name, -1, 0, false, TIDE_OK, 0, {0}, false};
+    struct run clean = {&tr, name, config, -1, 0, false, TIDE_OK, 0, {0}, false};
     if (replay_with_fault(&clean, sim) != 0) {
         trace_free(&tr);
         return;
     }
     for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
         const struct mode *mode = &modes[m];
+        if (clean.calls[mode->op] == 0)
+            continue; /* not a call this configuration makes (map and unmap are expandable segments') */
         unsigned long runs = 0, survived = 0;
         int failed_before = harness_failures;
         uint64_t per_mode = env_number("TIDE_SWEEP_FAULTS_PER_MODE", FAULTS_PER_MODE);
@@ -373,7 +412,7 @@ static void sweep_trace(const char *name, tide_sim *sim)
         if (stride == 0)
             stride = 1;
         for (uint64_t n = 1; n <= clean.calls[mode->op]; n += stride) {
-            struct run r = {&tr, name, mode->op, n, mode->persistent, mode->status, window, {0}, false};
+            struct run r = {&tr, name, config, mode->op, n, mode->persistent, mode->status, window, {0}, false};
             int failures = harness_failures;
             replay_with_fault(&r, sim);
             runs++;
@@ -386,8 +425,8 @@ static void sweep_trace(const char *name, tide_sim *sim)
             if (harness_failures > failed_before + 5)
                 break; /* enough to go on */
         }
-        fprintf(stderr, "%-17s %-12s %-10s %-11s %6llu calls, %6lu faults injected, %6lu survived\n",
-                name, op_names[mode->op], mode->persistent ? "persistent" : "once",
+        fprintf(stderr, "%-17s %-11s %-12s %-10s %-11s %6llu calls, %6lu faults injected, %6lu survived\n",
+                name, *config ? "expandable" : "default", op_names[mode->op], mode->persistent ? "persistent" : "once",
                 tide_status_name(mode->status), (unsigned long long)clean.calls[mode->op], runs, survived);
         total_runs += runs;
         total_survived += survived;
@@ -404,8 +443,10 @@ static void test_fault_sweep(void)
     const char *only = getenv("TIDE_SWEEP_TRACES");
     const char *traces[] = {"lstm_loop", "seed_transformer", "gpt2_varlen"};
     for (size_t i = 0; i < sizeof traces / sizeof *traces; i++)
-        if (!only || strstr(only, traces[i]))
-            sweep_trace(traces[i], sim);
+        if (!only || strstr(only, traces[i])) {
+            sweep_trace(traces[i], sim, "");
+            sweep_trace(traces[i], sim, "expandable_segments:True");
+        }
     tide_sim_destroy(sim);
     fprintf(stderr, "%lu faults injected, %lu survived\n", total_runs, total_survived);
 }

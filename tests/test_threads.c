@@ -166,7 +166,7 @@ static void test_threads_on_streams(void)
     struct shared *sh = calloc(1, sizeof *sh);
     const char *env = getenv("TIDE_THREAD_OPS");
     sh->ops_per_thread = env && *env ? strtoul(env, NULL, 10) : 20000;
-    fixture_open(&sh->f, 0, NULL);
+    fixture_open(&sh->f, 0, getenv("TIDE_THREADS_CONF")); /* e.g. expandable_segments:True */
     pthread_mutex_init(&sh->lock, NULL);
     for (int i = 0; i < THREADS; i++)
         CHECK_OK(tide_sim_stream_create(sh->f.sim, &sh->own[i]));
@@ -197,9 +197,13 @@ static void test_threads_on_streams(void)
     tide_stats s = stats_of(sh->f.t);
     CHECK(s.allocation[TIDE_POOL_ALL].current == 0);
     CHECK(s.num_streams == THREADS + 1);
+    tide_sim_counters c;
+    tide_sim_get_counters(sh->f.sim, &c);
     fprintf(stderr, "%d threads x %lu operations, %lu kernel releases, %lu cross-thread frees, %llu "
-            "pending blocks drained\n", THREADS, sh->ops_per_thread, atomic_load(&sh->kernels),
-            atomic_load(&sh->cross_frees), (unsigned long long)s.num_pending_drained);
+            "pending blocks drained; the device saw %llu segment reservations and %llu page maps\n",
+            THREADS, sh->ops_per_thread, atomic_load(&sh->kernels), atomic_load(&sh->cross_frees),
+            (unsigned long long)s.num_pending_drained, (unsigned long long)c.calls[TIDE_SIM_RESERVE],
+            (unsigned long long)c.calls[TIDE_SIM_MAP]);
     fixture_close(&sh->f);
     pthread_mutex_destroy(&sh->lock);
     free(sh);
