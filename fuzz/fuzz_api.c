@@ -524,6 +524,8 @@ static const char *const configs[] = {
     "debug:1",
     "guard:True", /* canaries around blocks (scrub is left out: the harness writes blocks from the host
                      at once, where a scrub still queued on the stream would overwrite them) */
+    "expandable_segments:True",
+    "expandable_segments:True,limit:256MiB,garbage_collection_threshold:0.5",
 };
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
