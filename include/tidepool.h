@@ -44,7 +44,8 @@
  *   back wholly free segments (oldest first), since none of them could serve the request. If a segment
  *   of the same size was given back that way shortly before, the program evidently needs it, and the
  *   mark rises instead; so a training loop's steady state makes no driver calls at all.
- *   tide_empty_cache resets the mark to what stays reserved. Config key trim_on_growth turns this off.
+ *   tide_empty_cache resets the mark to what stays reserved (not with expandable segments, where
+ *   coming back up to the mark maps pages but unmaps none). Config key trim_on_growth turns this off.
  *
  * SEGMENTS THAT GROW (expandable_segments:True)
  *   Each stream reserves, per pool, an address range as large as the device (no memory behind it) and
