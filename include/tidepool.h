@@ -44,8 +44,10 @@
  *   back wholly free segments (oldest first), since none of them could serve the request. If a segment
  *   of the same size was given back that way shortly before, the program evidently needs it, and the
  *   mark rises instead; so a training loop's steady state makes no driver calls at all.
- *   tide_empty_cache resets the mark to what stays reserved (not with expandable segments, where
- *   coming back up to the mark maps pages but unmaps none). Config key trim_on_growth turns this off.
+ *   tide_empty_cache resets the mark to what stays reserved. With expandable segments it does not
+ *   (coming back up to the mark then maps pages but unmaps none, and each unmap waits for the device);
+ *   there tide_reset_peak_stats resets it, as a program starting a new phase would. Config key
+ *   trim_on_growth turns all this off.
  *
  * SEGMENTS THAT GROW (expandable_segments:True)
  *   Each stream reserves, per pool, an address range as large as the device (no memory behind it) and
@@ -376,7 +378,8 @@ typedef struct tide_stats {
 /* Fills *out. Set out->struct_size = sizeof(*out) first. */
 TIDE_API tide_status tide_get_stats(tide_allocator *t, tide_stats *out);
 
-/* Resets every peak to its current value. */
+/* Resets every peak to its current value (with expandable segments, the high-water mark too: see
+ * HOLDING MEMORY). */
 TIDE_API tide_status tide_reset_peak_stats(tide_allocator *t);
 
 /* Writes the statistics as one JSON object with PyTorch's flat key names ("allocated_bytes.all.current",

@@ -606,6 +606,10 @@ tide_status tide_reset_peak_stats(tide_allocator *t)
     for (uint32_t i = 0; i < n; i++)
         heap_stats_reset_peaks(&t->heaps[i]->stats);
     t->reserved_peak = t->reserved;
+    /* With expandable segments the high-water mark outlives tide_empty_cache (see there); a program
+     * starting a new phase resets it here with the other peaks. */
+    if (t->conf.expandable_segments)
+        t->high_water = t->reserved;
     allocator_unlock_all(t);
     return TIDE_OK;
 }

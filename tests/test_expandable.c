@@ -298,6 +298,35 @@ static void test_destroy_gives_back(void)
     tide_sim_destroy(f.sim);
 }
 
+/* The high-water mark outlives tide_empty_cache (coming back up to it unmaps nothing), and
+ * tide_reset_peak_stats resets it (growing past it then unmaps free pages elsewhere first). */
+static void test_mark_outlives_empty_cache(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, CONF);
+    void *big, *x, *y, *z, *w;
+    CHECK_OK(tide_malloc(f.t, 64 * MIB, 0, &big));
+    CHECK_OK(tide_free(f.t, big));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(reserved_of(f.t) == 0);
+    uint64_t unmaps = counters(f.sim).calls[TIDE_SIM_UNMAP];
+    CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &x));
+    CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &y));
+    CHECK_OK(tide_free(f.t, x));
+    CHECK_OK(tide_malloc(f.t, 16 * MIB, 0, &z)); /* x's pages stay: 24 MiB is under the 64 MiB mark */
+    CHECK(counters(f.sim).calls[TIDE_SIM_UNMAP] == unmaps);
+    CHECK(reserved_of(f.t) == (int64_t)(32 * MIB));
+    CHECK_OK(tide_reset_peak_stats(f.t)); /* a new phase: the mark is what is reserved now */
+    CHECK_OK(tide_free(f.t, z));                  /* [x: free 8][y 8][z: free 16] */
+    CHECK_OK(tide_malloc(f.t, 40 * MIB, 0, &w)); /* past the mark: x's free pages go first */
+    CHECK(counters(f.sim).calls[TIDE_SIM_UNMAP] > unmaps);
+    CHECK(stats_of(f.t).reserved_bytes[TIDE_POOL_ALL].peak == (int64_t)(48 * MIB)); /* not 56 */
+    check_accounting(&f);
+    CHECK_OK(tide_free(f.t, y));
+    CHECK_OK(tide_free(f.t, w));
+    fixture_close(&f);
+}
+
 /* ---- a seeded random run ------------------------------------------------------------------------------ */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -385,6 +414,7 @@ int main(void)
     RUN(test_faults_change_nothing);
     RUN(test_needs_virtual_memory);
     RUN(test_destroy_gives_back);
+    RUN(test_mark_outlives_empty_cache);
     RUN(test_random_with_check);
     return HARNESS_EXIT();
 }
