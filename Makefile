@@ -48,9 +48,9 @@ check-sanitize: deps
 # (125000: a million allocations and a million frees over 8 threads).
 check-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) -DTIDE_WERROR=ON -DTIDE_TSAN=ON >/dev/null
-	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target test_threads test_random test_safety test_lifecycle test_expandable
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target test_threads test_random test_safety test_lifecycle test_expandable test_history
 	TIDE_THREAD_OPS=$(THREAD_OPS) TSAN_OPTIONS=halt_on_error=1 ctest --test-dir $(TSAN_BUILD) \
-	  --output-on-failure -R '^(test_threads|test_threads_expandable|test_random|test_safety|test_lifecycle|test_expandable)$$'
+	  --output-on-failure -R '^(test_threads|test_threads_expandable|test_random|test_safety|test_lifecycle|test_expandable|test_history)$$'
 
 # Every CPU test inside valgrind memcheck: no errors, no leaks.
 check-valgrind: deps

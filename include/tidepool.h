@@ -428,9 +428,14 @@ typedef enum tide_event_kind {
 #define TIDE_HISTORY_MAX_FRAMES 16
 
 typedef struct tide_event {
-    uint64_t seq;                  /* 0, 1, 2, ... since tide_history_start: the order of events (a free
-                                      completed at once shares its request's) */
-    uint64_t time_ns;              /* CLOCK_MONOTONIC */
+    uint64_t seq;                  /* increasing from 0 since tide_history_start: the order of events (a
+                                      free completed at once shares its request's). Numbers may be
+                                      skipped. One thread's events are in order; with several threads,
+                                      each takes numbers 16 at a time, so their events interleave in
+                                      blocks of up to 16 */
+    uint64_t time_ns;              /* CLOCK_MONOTONIC; read at a thread's every 16th event, and for
+                                      the events between placed by interpolation in seq order (off by
+                                      at most the time between two stamps) */
     uint32_t kind;                 /* tide_event_kind */
     uint32_t nframes;              /* frames captured (TIDE_HISTORY_STACKS), innermost first */
     tide_stream stream;

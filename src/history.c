@@ -2,10 +2,15 @@
  * The history: a ring buffer of events, and the tags and call sites of allocations while it is on.
  *
  * Cheap when off: every place that records reads one pointer (HISTORY_EVENT in internal.h). When on, a
- * writer takes a slot with one atomic add and fills it without a lock; the slot's sequence number is
- * written last, so a reader skips a slot being filled. Timestamps come from the CPU's cycle counter
- * where there is one, converted to CLOCK_MONOTONIC nanoseconds when read, because reading the clock
- * itself on every event would cost more than the allocation.
+ * thread claims slots CHUNK at a time with one atomic add and fills them without a lock or another
+ * atomic read-modify-write (a locked instruction per event would also make every event wait for the
+ * last one's stores to reach memory); the slot's sequence number is written last, so a reader skips a
+ * slot being filled, and the slots a thread claimed but has not filled yet. Timestamps (CLOCK_MONOTONIC)
+ * are read twice per chunk, at its first and its last event: the events between (all the same
+ * thread's) are placed in time by interpolating between the two. Reading the clock at every event
+ * would cost more than the allocation it records. (A CPU's cycle counter would be cheaper to read, but
+ * on a virtual machine two CPUs' counters can disagree, and a thread that moves between them would
+ * see its time go back.)
  */
 #define _GNU_SOURCE /* dladdr, to name code addresses */
 #include "internal.h"
@@ -18,12 +23,10 @@
 #if defined(__GLIBC__)
 #include <execinfo.h>
 #endif
-#if defined(__x86_64__)
-#include <x86intrin.h>
-#endif
 
 #define HISTORY_MAX_CAPACITY ((size_t)1 << 26)
 #define TAG_MAX 64
+#define CHUNK 16 /* slots a thread claims at once; the first gets a timestamp */
 
 /* One recorded event, compact (the public tide_event carries the stack inline; here it lives apart,
  * only when stacks are recorded). A free that completes at once is one slot (COMPLETED_AT_ONCE), read
@@ -31,7 +34,7 @@
 #define COMPLETED_AT_ONCE HISTORY_COMPLETED_AT_ONCE
 struct slot {
     _Atomic(uint64_t) seq_plus_one;   /* 0 while empty or being written */
-    uint64_t ticks;
+    uint64_t time_ns;                 /* at the first and the last event of a chunk; else 0 */
     uint64_t addr, size;
     tide_stream stream;
     const char *tag;
@@ -41,13 +44,13 @@ struct slot {
 
 struct history {
     struct history *next;             /* the allocator's list of rings */
+    uint64_t id;                      /* unique in the process: a thread's claimed chunk names it */
     struct slot *slots;
     void **frames;                    /* TIDE_HISTORY_MAX_FRAMES per slot, with TIDE_HISTORY_STACKS */
     size_t capacity;
     unsigned flags;
     _Atomic(uint64_t) next_seq;
-    /* ticks -> nanoseconds: from two readings of both clocks, at start and when read */
-    uint64_t ticks0, ns0;
+    uint64_t ns0;                     /* CLOCK_MONOTONIC at start */
 };
 
 struct tag_string {
@@ -62,14 +65,6 @@ static uint64_t monotonic_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t ticks(void)
-{
-#if defined(__x86_64__)
-    return __rdtsc();
-#else
-    return monotonic_ns();
-#endif
-}
 
 const char *tide_event_kind_name(uint32_t kind)
 {
@@ -134,31 +129,57 @@ static const char *current_tag(tide_allocator *t)
 
 /* ---- recording ----------------------------------------------------------------------------------------- */
 
+static _Atomic(uint64_t) history_ids = 1;
+
+/* The slots this thread claimed and has not filled yet, in the ring of history `id`. */
+static _Thread_local struct {
+    uint64_t id, next, end;
+} claimed;
+
+/* Apart from history_record, so that its stack frame (and the frame array's stack protector) is paid
+ * only when stacks are asked for. */
+__attribute__((noinline)) static void record_stack(struct history *hist, size_t index, struct slot *slot)
+{
+#if defined(__GLIBC__)
+    void *frames[TIDE_HISTORY_MAX_FRAMES + 4];
+    int n = backtrace(frames, TIDE_HISTORY_MAX_FRAMES + 4);
+    /* Leave out this function, history_record and the tidepool call that recorded: the caller's stack
+     * remains. */
+    int skip = n > 3 ? 3 : 0;
+    slot->nframes = (uint32_t)(n - skip > TIDE_HISTORY_MAX_FRAMES ? TIDE_HISTORY_MAX_FRAMES : n - skip);
+    memcpy(&hist->frames[index * TIDE_HISTORY_MAX_FRAMES], frames + skip, slot->nframes * sizeof *frames);
+#else
+    (void)hist;
+    (void)index;
+    (void)slot;
+#endif
+}
+
 void history_record(struct history *hist, uint32_t kind, tide_stream stream, uint64_t addr,
                     uint64_t size, const char *tag)
 {
-    uint64_t seq = atomic_fetch_add_explicit(&hist->next_seq, 1, memory_order_relaxed);
+    bool first = false;
+    if (__builtin_expect(claimed.id != hist->id || claimed.next == claimed.end, 0)) {
+        claimed.id = hist->id;
+        claimed.next = atomic_fetch_add_explicit(&hist->next_seq, CHUNK, memory_order_relaxed);
+        claimed.end = claimed.next + CHUNK;
+        first = true;
+    }
+    uint64_t seq = claimed.next++;
     size_t index = (size_t)seq & (hist->capacity - 1);
     struct slot *slot = &hist->slots[index];
     atomic_store_explicit(&slot->seq_plus_one, 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    slot->ticks = ticks(); /* converted when read */
+    /* A chunk's first and last events carry the time; those between are placed between them. */
+    slot->time_ns = first || claimed.next == claimed.end ? monotonic_ns() : 0;
     slot->kind = kind;
     slot->stream = stream;
     slot->addr = addr;
     slot->size = size;
     slot->tag = tag;
     slot->nframes = 0;
-#if defined(__GLIBC__)
-    if (hist->frames) {
-        void *frames[TIDE_HISTORY_MAX_FRAMES + 3];
-        int n = backtrace(frames, TIDE_HISTORY_MAX_FRAMES + 3);
-        /* Leave out this function and the tidepool call that recorded: the caller's stack remains. */
-        int skip = n > 2 ? 2 : 0;
-        slot->nframes = (uint32_t)(n - skip > TIDE_HISTORY_MAX_FRAMES ? TIDE_HISTORY_MAX_FRAMES : n - skip);
-        memcpy(&hist->frames[index * TIDE_HISTORY_MAX_FRAMES], frames + skip, slot->nframes * sizeof *frames);
-    }
-#endif
+    if (hist->frames)
+        record_stack(hist, index, slot);
     atomic_store_explicit(&slot->seq_plus_one, seq + 1, memory_order_release);
 }
 
@@ -203,7 +224,7 @@ tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flag
     hist->capacity = capacity;
     hist->flags = flags;
     hist->ns0 = monotonic_ns();
-    hist->ticks0 = ticks();
+    hist->id = atomic_fetch_add(&history_ids, 1);
     pthread_mutex_lock(&t->history_lock);
     hist->next = t->histories;
     t->histories = hist;
@@ -257,13 +278,17 @@ tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, si
     struct history *hist = latest(t);
     if (!hist)
         return TIDE_OK;
-    uint64_t end = atomic_load_explicit(&hist->next_seq, memory_order_acquire);
+    /* The newest event written, not the newest slot claimed: a thread may hold claimed slots it has not
+     * filled yet (and may never fill). */
+    uint64_t end = 0;
+    for (size_t i = 0; i < hist->capacity; i++) {
+        uint64_t v = atomic_load_explicit(&hist->slots[i].seq_plus_one, memory_order_acquire);
+        if (v > end)
+            end = v;
+    }
     uint64_t begin = end > hist->capacity ? end - hist->capacity : 0;
     if (dropped)
         *dropped = begin;
-    /* ticks to nanoseconds, by the two clocks now and at start */
-    uint64_t ns1 = monotonic_ns(), ticks1 = ticks();
-    double ns_per_tick = ticks1 > hist->ticks0 ? (double)(ns1 - hist->ns0) / (double)(ticks1 - hist->ticks0) : 1.0;
     size_t n = 0;
     for (uint64_t seq = begin; seq < end && n < cap; seq++) {
         size_t index = (size_t)seq & (hist->capacity - 1);
@@ -281,7 +306,7 @@ tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, si
         if (atomic_load_explicit(&slot->seq_plus_one, memory_order_relaxed) != seq + 1)
             continue; /* overwritten while copied */
         e->seq = seq;
-        e->time_ns = hist->ns0 + (uint64_t)((double)(copy.ticks - hist->ticks0) * ns_per_tick);
+        e->time_ns = copy.time_ns; /* 0 where the chunk's stamps are elsewhere (below) */
         e->kind = copy.kind & ~COMPLETED_AT_ONCE;
         e->stream = copy.stream;
         e->addr = copy.addr;
@@ -294,6 +319,31 @@ tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, si
             out[n].nframes = 0;
             n++;
         }
+    }
+    /* Events without a stamp of their own lie in a chunk (CHUNK numbers from a multiple of CHUNK, all
+     * one thread's) between its first and last events, which have one: place them between, by number.
+     * Where a chunk's ends are missing (dropped, or not written yet), its events take the stamp there is,
+     * else the time of the event before them. */
+    for (size_t i = 0; i < n;) {
+        uint64_t chunk = out[i].seq / CHUNK;
+        size_t j = i;
+        uint64_t first_ticks = 0, last_ticks_in = 0;
+        for (; j < n && out[j].seq / CHUNK == chunk; j++) {
+            if (out[j].time_ns && out[j].seq % CHUNK == 0)
+                first_ticks = out[j].time_ns;
+            if (out[j].time_ns && out[j].seq % CHUNK == CHUNK - 1)
+                last_ticks_in = out[j].time_ns;
+        }
+        uint64_t before = i ? out[i - 1].time_ns : hist->ns0;
+        uint64_t lo = first_ticks ? first_ticks : last_ticks_in ? last_ticks_in : before;
+        uint64_t hi = last_ticks_in > lo ? last_ticks_in : lo;
+        for (size_t k = i; k < j; k++) {
+            if (out[k].time_ns)
+                continue;
+            double f = (double)(out[k].seq % CHUNK) / (double)(CHUNK - 1);
+            out[k].time_ns = lo + (uint64_t)(f * (double)(hi - lo));
+        }
+        i = j;
     }
     *count = n;
     return TIDE_OK;

@@ -337,11 +337,82 @@ static void test_ring_keeps_the_newest(void)
     fixture_close(&f);
 }
 
+/* Several threads record at once (each claims slots 16 at a time): every event arrives once, each
+ * thread's events in its own order, with times that do not go back within a thread. */
+#define RECORDERS 4
+#define PAIRS_PER_RECORDER 3000
+
+struct recorder {
+    struct fixture *f;
+    tide_stream stream;
+};
+
+static void *record_pairs(void *arg)
+{
+    struct recorder *r = arg;
+    for (int i = 0; i < PAIRS_PER_RECORDER; i++) {
+        void *p;
+        if (tide_malloc(r->f->t, 512 + (size_t)i, r->stream, &p) != TIDE_OK || tide_free(r->f->t, p) != TIDE_OK)
+            harness_failures++;
+    }
+    return NULL;
+}
+
+static void test_threads_record_at_once(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    struct recorder rec[RECORDERS];
+    pthread_t th[RECORDERS];
+    for (int i = 0; i < RECORDERS; i++) {
+        rec[i].f = &f;
+        CHECK_OK(tide_sim_stream_create(f.sim, &rec[i].stream));
+    }
+    CHECK_OK(tide_history_start(f.t, 1 << 16, 0));
+    for (int i = 0; i < RECORDERS; i++)
+        pthread_create(&th[i], NULL, record_pairs, &rec[i]);
+    for (int i = 0; i < RECORDERS; i++)
+        pthread_join(th[i], NULL);
+    CHECK_OK(tide_history_stop(f.t));
+    size_t cap = 4 * RECORDERS * PAIRS_PER_RECORDER, n = 0;
+    tide_event *ev = calloc(cap, sizeof *ev);
+    uint64_t dropped = 1;
+    CHECK_OK(tide_history_read(f.t, ev, cap, &n, &dropped));
+    /* per stream: allocs, frees requested and completed, each in the order the thread made them */
+    size_t allocs[RECORDERS] = {0}, frees[RECORDERS] = {0};
+    uint64_t last_time[RECORDERS] = {0}, last_size[RECORDERS] = {0};
+    for (size_t i = 0; i < n; i++) {
+        int k = -1;
+        for (int j = 0; j < RECORDERS; j++)
+            if (ev[i].stream == rec[j].stream)
+                k = j;
+        /* A segment event names the stream whose segment it is, but the thread that needed the memory
+         * records it: only allocations and frees are surely the stream's own thread's. */
+        if (k < 0 || ev[i].kind == TIDE_EVENT_SEGMENT_RESERVED || ev[i].kind == TIDE_EVENT_SEGMENT_RELEASED)
+            continue;
+        CHECK(ev[i].time_ns >= last_time[k]);
+        last_time[k] = ev[i].time_ns;
+        if (ev[i].kind == TIDE_EVENT_ALLOC) {
+            CHECK(ev[i].size == 512 + allocs[k]); /* this thread's next allocation, none lost */
+            last_size[k] = ev[i].size;
+            allocs[k]++;
+        } else if (ev[i].kind == TIDE_EVENT_FREE_COMPLETED) {
+            frees[k]++;
+        }
+    }
+    for (int k = 0; k < RECORDERS; k++)
+        CHECK(allocs[k] == PAIRS_PER_RECORDER && frees[k] == PAIRS_PER_RECORDER && last_size[k] > 0);
+    CHECK(dropped == 0);
+    free(ev);
+    fixture_close(&f);
+}
+
 int main(void)
 {
     RUN(test_history_and_snapshot_agree_with_stats);
     RUN(test_leak_report_names_what_is_left);
     RUN(test_ring_keeps_the_newest);
     RUN(test_leak_report_at_destroy);
+    RUN(test_threads_record_at_once);
     return HARNESS_EXIT();
 }
