@@ -234,8 +234,10 @@ typedef struct tide_backend {
      * can be unmapped without touching its neighbours. va_reserve returns a range aligned to
      * page_size. map puts device memory behind [addr, addr + size) (whole pages, not mapped yet),
      * readable and writable by the device; TIDE_ENOMEM if the device has too little, and then nothing
-     * is mapped. unmap takes it away again (whole pages, all mapped); the device must have finished
-     * with it. va_release gives back a range with nothing mapped in it. */
+     * is mapped. unmap takes it away again (whole pages, all mapped), first waiting for work the
+     * device still has queued on it, as releasing a segment does (tidepool unmaps only FREE pages,
+     * but a stream may still run work on blocks it freed itself). va_release gives back a range with
+     * nothing mapped in it. */
     size_t page_size;
     tide_status (*va_reserve)(void *ctx, size_t size, uintptr_t *out_addr);
     tide_status (*va_release)(void *ctx, uintptr_t addr, size_t size);
