@@ -253,10 +253,11 @@ tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind po
                 return s;
             continue;
         }
-        /* As for reserved segments (see grow in pressure.c): stay under the most ever reserved by
-         * unmapping free pages elsewhere first, unless a growth of this size did that lately; and
-         * under the garbage-collection threshold. Pages go largest stretch first, not oldest first:
-         * a page has no age of its own. Once, then plan again, since runs may have split. */
+        /* As for reserved segments (see grow in pressure.c): stay under the high-water mark by
+         * unmapping free pages elsewhere first, unless the very pages about to be mapped were unmapped
+         * for that lately (the program needs them: the mark rises instead); and under the
+         * garbage-collection threshold. Pages go largest stretch first, not oldest first: a page has
+         * no age of its own. Once, then plan again, since runs may have split. */
         bool released = false;
         if (!trimmed && p.need && t->conf.trim_on_growth && t->reserved + p.need > t->high_water) {
             if (recently_unmapped(t, p.addr, p.addr + p.need)) {
