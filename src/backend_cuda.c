@@ -120,11 +120,15 @@ static void load_driver(void)
                  "the CUDA driver (libcuda.so.1) is not on this machine: %s", dlerror());
         return;
     }
+    /* Every symbol is required, except the virtual memory calls (CUDA 10.2 and later): without them
+     * expandable segments are unsupported (vm_setup), and all else works. */
     static const struct {
         const char *name;
         size_t offset;
+        bool optional;
     } symbols[] = {
-#define SYMBOL(field, name) {name, offsetof(struct driver, field)}
+#define SYMBOL(field, name) {name, offsetof(struct driver, field), false}
+#define OPTIONAL(field, name) {name, offsetof(struct driver, field), true}
         SYMBOL(Init, "cuInit"),
         SYMBOL(DeviceGetCount, "cuDeviceGetCount"),
         SYMBOL(DeviceGet, "cuDeviceGet"),
@@ -151,37 +155,26 @@ static void load_driver(void)
         SYMBOL(ModuleUnload, "cuModuleUnload"),
         SYMBOL(ModuleGetFunction, "cuModuleGetFunction"),
         SYMBOL(LaunchKernel, "cuLaunchKernel"),
+        OPTIONAL(MemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
+        OPTIONAL(MemAddressReserve, "cuMemAddressReserve"),
+        OPTIONAL(MemAddressFree, "cuMemAddressFree"),
+        OPTIONAL(MemCreate, "cuMemCreate"),
+        OPTIONAL(MemRelease, "cuMemRelease"),
+        OPTIONAL(MemMap, "cuMemMap"),
+        OPTIONAL(MemUnmap, "cuMemUnmap"),
+        OPTIONAL(MemSetAccess, "cuMemSetAccess"),
+        OPTIONAL(DeviceCanAccessPeer, "cuDeviceCanAccessPeer"),
 #undef SYMBOL
+#undef OPTIONAL
     };
     for (size_t i = 0; i < sizeof symbols / sizeof symbols[0]; i++) {
         void *f = dlsym(lib, symbols[i].name);
-        if (!f) {
+        if (!f && !symbols[i].optional) {
             snprintf(driver_problem, sizeof driver_problem,
                      "the CUDA driver has no %s: it is too old for tidepool", symbols[i].name);
             return;
         }
         memcpy((char *)&cu + symbols[i].offset, &f, sizeof f);
-    }
-    /* Virtual memory came with CUDA 10.2; without it, expandable segments are unsupported. */
-    static const struct {
-        const char *name;
-        size_t offset;
-    } optional[] = {
-#define SYMBOL(field, name) {name, offsetof(struct driver, field)}
-        SYMBOL(MemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
-        SYMBOL(MemAddressReserve, "cuMemAddressReserve"),
-        SYMBOL(MemAddressFree, "cuMemAddressFree"),
-        SYMBOL(MemCreate, "cuMemCreate"),
-        SYMBOL(MemRelease, "cuMemRelease"),
-        SYMBOL(MemMap, "cuMemMap"),
-        SYMBOL(MemUnmap, "cuMemUnmap"),
-        SYMBOL(MemSetAccess, "cuMemSetAccess"),
-        SYMBOL(DeviceCanAccessPeer, "cuDeviceCanAccessPeer"),
-#undef SYMBOL
-    };
-    for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++) {
-        void *f = dlsym(lib, optional[i].name);
-        memcpy((char *)&cu + optional[i].offset, &f, sizeof f);
     }
     driver_init_result = cu.Init(0);
 }
@@ -511,7 +504,8 @@ static tide_status cuda_unmap(void *ctx, uintptr_t addr, size_t size)
  * driver lacks it. */
 static void vm_setup(struct cuda_device *d, const int *peers, int npeers, tide_backend *out)
 {
-    if (!cu.MemCreate || !cu.MemAddressReserve || !cu.MemGetAllocationGranularity || !cu.MemSetAccess)
+    if (!cu.MemGetAllocationGranularity || !cu.MemAddressReserve || !cu.MemAddressFree || !cu.MemCreate ||
+        !cu.MemRelease || !cu.MemMap || !cu.MemUnmap || !cu.MemSetAccess)
         return;
     d->page_prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     d->page_prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;

@@ -47,6 +47,11 @@ static void run_insert(struct arena *a, struct segment *seg)
         a->runs = seg;
 }
 
+static bool in_arena_list(const struct segment *seg)
+{
+    return seg->run_prev || seg->run_next || seg->arena->runs == seg;
+}
+
 static void run_remove(struct segment *seg)
 {
     struct arena *a = seg->arena;
@@ -129,12 +134,12 @@ static bool recently_unmapped(const tide_allocator *t, uintptr_t lo, uintptr_t h
     return false;
 }
 
-/* Where the pages for a request go: `need` bytes mapped at `addr`, in the gap between runs `left` and
- * `right` (either may be NULL), joining whichever they reach. The request is then served from the FREE
- * block that holds addr, which takes in left's FREE tail and right's FREE head where they touch. */
+/* Where the pages for a request go: `need` bytes mapped at `addr`, growing run `left` upwards (NULL: a
+ * new run), and joining the run above where they reach it (join_pages). The request is then served from
+ * the FREE block that holds addr, which takes in the FREE bytes on both sides. */
 struct placement {
     struct arena *arena;
-    struct segment *left, *right;
+    struct segment *left;
     uintptr_t addr;
     size_t need;
     uintptr_t keep_lo, keep_hi; /* the FREE bytes the request will use: not to be unmapped meanwhile */
@@ -169,15 +174,13 @@ static bool plan_growth(struct heap *h, enum pool_kind pool, size_t rounded, siz
                 head_free = right->first->size;
             size_t up = rounded > tail_free ? round_up(rounded - tail_free, page) : 0;
             if (up <= gap && (left || up))
-                consider(best, &found, (struct placement){a, left, up == gap ? right : NULL, lo, up,
-                                                          lo - tail_free, lo + up});
+                consider(best, &found, (struct placement){a, left, lo, up, lo - tail_free, lo + up});
             size_t down = rounded > head_free ? round_up(rounded - head_free, page) : 0;
             if (right && down <= gap && down)
-                consider(best, &found, (struct placement){a, down == gap ? left : NULL, right, hi - down,
-                                                          down, hi - down, hi + head_free});
+                consider(best, &found, (struct placement){a, down == gap ? left : NULL, hi - down, down,
+                                                          hi - down, hi + head_free});
             if (left && right && gap && tail_free + gap + head_free >= rounded)
-                consider(best, &found, (struct placement){a, left, right, lo, gap, lo - tail_free,
-                                                          hi + head_free});
+                consider(best, &found, (struct placement){a, left, lo, gap, lo - tail_free, hi + head_free});
             if (!right)
                 break;
             left = right;
@@ -497,7 +500,7 @@ tide_status expandable_unmap_run(tide_allocator *t, struct segment *seg)
     const tide_backend *be = &t->backend;
     tide__clear_backend_message();
     tide_status s = be->unmap(be->ctx, seg->base, seg->size);
-    if (s == TIDE_OK && seg->arena && (seg->run_prev || seg->run_next || seg->arena->runs == seg)) {
+    if (s == TIDE_OK && seg->arena && in_arena_list(seg)) {
         run_remove(seg);
         seg->arena = NULL;
     }
@@ -512,6 +515,6 @@ void expandable_reattach_run(tide_allocator *t, struct heap *h, struct segment *
     heap_lock(h);
     heap_reattach_idle(h, seg);
     heap_unlock(h);
-    if (!(seg->run_prev || seg->run_next || seg->arena->runs == seg))
+    if (!in_arena_list(seg))
         run_insert(seg->arena, seg);
 }

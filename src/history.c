@@ -327,16 +327,16 @@ tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, si
     for (size_t i = 0; i < n;) {
         uint64_t chunk = out[i].seq / CHUNK;
         size_t j = i;
-        uint64_t first_ticks = 0, last_ticks_in = 0;
+        uint64_t first_ns = 0, last_ns = 0;
         for (; j < n && out[j].seq / CHUNK == chunk; j++) {
             if (out[j].time_ns && out[j].seq % CHUNK == 0)
-                first_ticks = out[j].time_ns;
+                first_ns = out[j].time_ns;
             if (out[j].time_ns && out[j].seq % CHUNK == CHUNK - 1)
-                last_ticks_in = out[j].time_ns;
+                last_ns = out[j].time_ns;
         }
         uint64_t before = i ? out[i - 1].time_ns : hist->ns0;
-        uint64_t lo = first_ticks ? first_ticks : last_ticks_in ? last_ticks_in : before;
-        uint64_t hi = last_ticks_in > lo ? last_ticks_in : lo;
+        uint64_t lo = first_ns ? first_ns : last_ns ? last_ns : before;
+        uint64_t hi = last_ns > lo ? last_ns : lo;
         for (size_t k = i; k < j; k++) {
             if (out[k].time_ns)
                 continue;

@@ -104,15 +104,10 @@ tide_status segment_map_cover(struct segment_map *sm, struct segment *seg, uintp
     return TIDE_OK;
 }
 
-void segment_map_shrink(struct segment_map *sm, struct segment *seg, uintptr_t new_end)
+/* Granules first..last stop naming seg, where they still do (another segment may have taken one over). */
+static void forget_granules(struct segment_map *sm, struct segment *seg, uint64_t first, uint64_t last)
 {
-    uintptr_t old_end = atomic_load_explicit(&seg->map_end, memory_order_relaxed);
-    /* The range first: a reader that still finds seg in a granule past new_end sees it does not hold
-     * the address, and looks again (locate), finding the granule's new owner. */
-    atomic_store_explicit(&seg->map_end, new_end, memory_order_release);
-    uint64_t first = (new_end + TIDE_SEGMENT_GRANULE - 1) >> TIDE_SEGMENT_GRANULE_SHIFT;
-    uint64_t last = (old_end - 1) >> TIDE_SEGMENT_GRANULE_SHIFT;
-    for (uint64_t g = first; g <= last && new_end < old_end; g++) {
+    for (uint64_t g = first; g <= last; g++) {
         struct granule *e = granule_at(sm, g, false);
         if (!e)
             continue;
@@ -123,19 +118,22 @@ void segment_map_shrink(struct segment_map *sm, struct segment *seg, uintptr_t n
     }
 }
 
+void segment_map_shrink(struct segment_map *sm, struct segment *seg, uintptr_t new_end)
+{
+    uintptr_t old_end = atomic_load_explicit(&seg->map_end, memory_order_relaxed);
+    if (new_end >= old_end)
+        return;
+    /* The range first: a reader that still finds seg in a granule past new_end sees it does not hold
+     * the address, and looks again (locate), finding the granule's new owner. */
+    atomic_store_explicit(&seg->map_end, new_end, memory_order_release);
+    forget_granules(sm, seg, (new_end + TIDE_SEGMENT_GRANULE - 1) >> TIDE_SEGMENT_GRANULE_SHIFT,
+                    (old_end - 1) >> TIDE_SEGMENT_GRANULE_SHIFT);
+}
+
 void segment_map_remove(struct segment_map *sm, struct segment *seg)
 {
-    uint64_t first = seg->base >> TIDE_SEGMENT_GRANULE_SHIFT;
-    uint64_t last = (seg->base + seg->size - 1) >> TIDE_SEGMENT_GRANULE_SHIFT;
-    for (uint64_t g = first; g <= last; g++) {
-        struct granule *e = granule_at(sm, g, false);
-        if (!e)
-            continue;
-        struct segment *expected = seg;
-        atomic_compare_exchange_strong(&e->covers_start, &expected, NULL);
-        expected = seg;
-        atomic_compare_exchange_strong(&e->starts_inside, &expected, NULL);
-    }
+    forget_granules(sm, seg, seg->base >> TIDE_SEGMENT_GRANULE_SHIFT,
+                    (seg->base + seg->size - 1) >> TIDE_SEGMENT_GRANULE_SHIFT);
     atomic_store_explicit(&seg->map_base, 0, memory_order_release);
     atomic_store_explicit(&seg->map_end, 0, memory_order_release);
 }
