@@ -19,20 +19,13 @@
 #include <string>
 #include <vector>
 
+#include "cuda_check.h" // CUDA_OK, shared with the GPU tests
+
 extern "C" {
 #include "micro_patterns.h"
 #include "tidepool.h"
 #include "trace.h"
 }
-
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 namespace {
 

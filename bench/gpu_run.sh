@@ -32,6 +32,17 @@ build() {
         cmake --build $BUILD -j "$(nproc)" 2>&1 | grep -E "error|warning|Error" ; true
 }
 
+# Step time again, 300-step runs of two allocators in turn, three rounds, so drift in the GPU's clocks
+# hits both alike; then their medians side by side.
+alternate() {
+    for round in 1 2 3; do
+        for alloc in "$1" "$2"; do
+            python3 bench/seed_loop.py --allocator "$alloc" --steps 300 --json "$OUT/alt_${alloc}_$round.json" 2>&1 | tail -1
+        done
+    done
+    python3 bench/summarize_alternating.py "$OUT" "$1" "$2" | tee -a "$OUT/seed_summary.md"
+}
+
 case "$1" in
 tests)
     build
@@ -122,22 +133,7 @@ expandable-seed)
         python3 bench/seed_loop.py --allocator $alloc --steps "$steps" --json "$OUT/seed_$alloc.json" 2>&1 | tail -1
     done
     python3 bench/summarize_seed.py "$OUT"/seed_*.json | tee "$OUT/seed_summary.md"
-    for round in 1 2 3; do
-        for alloc in expandable tidepool-expandable; do
-            python3 bench/seed_loop.py --allocator $alloc --steps 300 --json "$OUT/alt_${alloc}_$round.json" 2>&1 | tail -1
-        done
-    done
-    python3 - "$OUT" <<'PY' | tee -a "$OUT/seed_summary.md"
-import glob, json, statistics, sys
-ms = {}
-for alloc in ("expandable", "tidepool-expandable"):
-    ms[alloc] = [statistics.median(json.load(open(p))["window_ms_per_step"][1:])
-                 for p in sorted(glob.glob(sys.argv[1] + "/alt_%s_*.json" % alloc))]
-print("\nalternating runs (300 steps each, median ms/step of each run): PyTorch expandable %s, tidepool "
-      "expandable %s" % (["%.3f" % v for v in ms["expandable"]], ["%.3f" % v for v in ms["tidepool-expandable"]]))
-print("tidepool / PyTorch (both expandable), median of the runs: %+.2f%%" % (
-    (statistics.median(ms["tidepool-expandable"]) / statistics.median(ms["expandable"]) - 1) * 100))
-PY
+    alternate expandable tidepool-expandable
     ;;
 seed)
     build
@@ -146,24 +142,8 @@ seed)
         python3 bench/seed_loop.py --allocator $alloc --steps "$steps" --json "$OUT/seed_$alloc.json" 2>&1 | tail -3
     done
     python3 bench/summarize_seed.py "$OUT"/seed_*.json | tee "$OUT/seed_summary.md"
-    # Step time again, alternating the two allocators, so drift in the GPU's clocks hits both alike.
-    for round in 1 2 3; do
-        for alloc in native tidepool; do
-            python3 bench/seed_loop.py --allocator $alloc --steps 300 --json "$OUT/alt_${alloc}_$round.json" 2>&1 | tail -1
-        done
-    done
-    python3 - "$OUT" <<'PY' | tee -a "$OUT/seed_summary.md"
-import glob, json, statistics, sys
-ms = {}
-for alloc in ("native", "tidepool"):
-    ms[alloc] = [statistics.median(json.load(open(p))["window_ms_per_step"][1:])
-                 for p in sorted(glob.glob(sys.argv[1] + "/alt_%s_*.json" % alloc))]
-print("\nalternating runs (300 steps each, median ms/step of each run): PyTorch %s, tidepool %s" % (
-    ["%.3f" % v for v in ms["native"]], ["%.3f" % v for v in ms["tidepool"]]))
-print("tidepool / PyTorch, median of the runs: %+.2f%%" % (
-    (statistics.median(ms["tidepool"]) / statistics.median(ms["native"]) - 1) * 100))
-PY
+    alternate native tidepool
     ;;
 *)
-    echo "usage: bench/gpu_run.sh tests | bench | seed [STEPS]"; exit 2 ;;
+    echo "usage: bench/gpu_run.sh tests | bench | seed [STEPS] | ddp [STEPS] | reliability | expandable | expandable-seed [STEPS]"; exit 2 ;;
 esac

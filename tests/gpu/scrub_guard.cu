@@ -16,25 +16,8 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "gpu_expect.h"
 #include "tidepool.h"
-
-static int failures;
-
-
-#define EXPECT(cond)                                                                               \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: expected %s (last error: %s)\n", __FILE__, __LINE__, #cond,    \
-                    tide_last_error());                                                            \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
-
-__global__ void fill_bytes(unsigned char *p, size_t n, unsigned char v)
-{
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        p[i] = v;
-}
 
 __global__ void poke(unsigned char *p) { *p = 0; }
 
