@@ -199,7 +199,7 @@ static bool worth_splitting(const struct block *b, size_t rounded, size_t oversi
 }
 
 /* Makes the FREE block b ACTIVE for rounded bytes, splitting off the rest if worth it. */
-static struct block *take_block(struct heap *h, struct block *b, size_t rounded, size_t requested,
+struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, size_t requested,
                                 tide_status *status)
 {
     struct free_index *fi = &h->free[b->seg->pool];
@@ -248,13 +248,7 @@ struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded,
     struct block *b = free_index_find(&h->free[pool], rounded, h->owner->conf.max_split_size);
     if (!b)
         return NULL;
-    return take_block(h, b, rounded, requested, status);
-}
-
-struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, size_t requested,
-                              tide_status *status)
-{
-    return take_block(h, b, rounded, requested, status);
+    return heap_take_block(h, b, rounded, requested, status);
 }
 
 struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rounded,
@@ -278,7 +272,7 @@ struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rou
     idle_append(h, seg);
     if (rounded == 0)
         return b;
-    return take_block(h, b, rounded, requested, status);
+    return heap_take_block(h, b, rounded, requested, status);
 }
 
 size_t heap_make_free(struct heap *h, struct block *b)
