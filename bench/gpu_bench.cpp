@@ -155,14 +155,26 @@ uint64_t peak_live_of(const trace &t)
             size[op.id] = op.size;
             live += op.size;
             peak = std::max(peak, live);
-        } else {
+        } else if (op.kind == TRACE_FREE) {
             live -= size[op.id];
         }
     }
     return peak;
 }
 
-double replay_once(const bench_allocator *al, const trace &t, uintptr_t stream)
+// What empty_cache means for each: every cached byte back to the device, after the device is done.
+void empty_cache(Allocators &a, const bench_allocator *al)
+{
+    CUDA_OK(cudaDeviceSynchronize());
+    if (al == &a.tidepool)
+        tide_empty_cache(a.tide, nullptr);
+    else if (al == &a.torch)
+        c10::cuda::CUDACachingAllocator::emptyCache();
+    else
+        CUDA_OK(cudaMemPoolTrimTo(a.pool, 0));
+}
+
+double replay_once(Allocators &a, const bench_allocator *al, const trace &t, uintptr_t stream)
 {
     std::vector<void *> ptr(t.nallocs, nullptr);
     std::vector<size_t> size(t.nallocs, 0);
@@ -172,6 +184,8 @@ double replay_once(const bench_allocator *al, const trace &t, uintptr_t stream)
         if (op.kind == TRACE_ALLOC) {
             size[op.id] = op.size;
             ptr[op.id] = al->alloc(al->ctx, op.size, stream);
+        } else if (op.kind == TRACE_EMPTY_CACHE) {
+            empty_cache(a, al);
         } else {
             al->free(al->ctx, ptr[op.id], size[op.id], stream);
             ptr[op.id] = nullptr;
@@ -188,20 +202,17 @@ double replay_once(const bench_allocator *al, const trace &t, uintptr_t stream)
 // then replays again with the cache kept (warm), timing the allocator alone.
 ReplayResult replay(Allocators &a, const bench_allocator *al, const trace &t, int warm_reps)
 {
-    CUDA_OK(cudaDeviceSynchronize());
+    empty_cache(a, al);
     if (al == &a.tidepool) {
-        tide_empty_cache(a.tide, nullptr);
         tide_reset_peak_stats(a.tide);
     } else if (al == &a.torch) {
-        c10::cuda::CUDACachingAllocator::emptyCache();
         c10::cuda::CUDACachingAllocator::resetPeakStats(0);
     } else {
-        CUDA_OK(cudaMemPoolTrimTo(a.pool, 0));
         uint64_t zero = 0;
         CUDA_OK(cudaMemPoolSetAttribute(a.pool, cudaMemPoolAttrReservedMemHigh, &zero));
     }
     ReplayResult r{};
-    r.cold_ns_per_op = replay_once(al, t, 0);
+    r.cold_ns_per_op = replay_once(a, al, t, 0);
     CUDA_OK(cudaDeviceSynchronize());
     if (al == &a.tidepool) {
         tide_stats s;
@@ -215,7 +226,7 @@ ReplayResult replay(Allocators &a, const bench_allocator *al, const trace &t, in
     }
     std::vector<double> times;
     for (int i = 0; i < warm_reps; i++)
-        times.push_back(replay_once(al, t, 0));
+        times.push_back(replay_once(a, al, t, 0));
     r.warm_ns_per_op = bench_median(times.data(), (int)times.size());
     CUDA_OK(cudaDeviceSynchronize());
     return r;

@@ -16,6 +16,8 @@
 #                                   expandable segments, the PyTorch test
 #   bench/gpu_run.sh expandable-seed [STEPS]  the seed's loop with both allocators' expandable
 #                                   segments (default 1000 steps), then alternating step-time runs
+#   bench/gpu_run.sh record-seed [STEPS]  the seed's loop (default 250 steps) recorded as a trace through
+#                                   tidepool's history, then replayed through every allocator
 set -u
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
@@ -144,6 +146,20 @@ seed)
     python3 bench/summarize_seed.py "$OUT"/seed_*.json | tee "$OUT/seed_summary.md"
     alternate native tidepool
     ;;
+record-seed)
+    build
+    bench/build_gpu_bench.sh $BUILD || exit 1
+    steps=${2:-250}
+    echo "== the seed's loop, $steps steps, recorded as a trace (empty_cache every 100 steps included)"
+    python3 bench/seed_loop.py --allocator native --steps "$steps" --json "$OUT/seed_native.json" 2>&1 | tail -1
+    python3 bench/seed_loop.py --allocator tidepool --steps "$steps" --json "$OUT/seed_tidepool.json" 2>&1 | tail -1
+    python3 bench/seed_loop.py --allocator tidepool --steps "$steps" --record-trace "$OUT/seed_loop.csv.gz" \
+        --json "$OUT/seed_recording.json" 2>&1 | tail -1
+    echo "== the recorded trace replayed through each allocator"
+    $BUILD/gpu_bench replay "$OUT/seed_loop.csv.gz" | tee "$OUT/replay_seed_loop.md"
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $BUILD/gpu_bench replay --only pytorch "$OUT/seed_loop.csv.gz" \
+        | tail -n +3 | tee -a "$OUT/replay_seed_loop.md"
+    ;;
 *)
-    echo "usage: bench/gpu_run.sh tests | bench | seed [STEPS] | ddp [STEPS] | reliability | expandable | expandable-seed [STEPS]"; exit 2 ;;
+    echo "usage: bench/gpu_run.sh tests | bench | seed [STEPS] | ddp [STEPS] | reliability | expandable | expandable-seed [STEPS] | record-seed [STEPS]"; exit 2 ;;
 esac

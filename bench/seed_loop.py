@@ -26,7 +26,12 @@ parser.add_argument("--allocator", choices=["native", "expandable", "async", "ti
 parser.add_argument("--steps", type=int, default=2000)
 parser.add_argument("--tidepool-conf", help="tidepool's config string (for --allocator tidepool)")
 parser.add_argument("--json")
+parser.add_argument("--record-trace", metavar="FILE.csv.gz",
+                    help="(tidepool allocators) record every allocation, free and empty_cache into a trace "
+                    "that tidepool replay and gpu_bench replay read")
 args = parser.parse_args()
+if args.record_trace and not args.allocator.startswith("tidepool"):
+    parser.error("--record-trace records through tidepool's history: use a tidepool allocator")
 
 if args.allocator == "expandable":
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
@@ -43,6 +48,8 @@ if args.allocator.startswith("tidepool"):
     conf = [c for c in ("expandable_segments:True" if args.allocator == "tidepool-expandable" else None,
                         args.tidepool_conf) if c]
     tt.enable(config=",".join(conf) or None)
+    if args.record_trace:  # an alloc, a free and its completion per tensor; some 1200 tensors a step
+        tt.record_memory_history(max_entries=4000 * args.steps + 100000)
     peak_reserved = tt.max_memory_reserved
     reserved = tt.memory_reserved
 else:
@@ -92,6 +99,8 @@ result = {
     "reserved_every_10_steps": reserved_after_step,
     "loss_last": float(loss),
 }
+if args.record_trace:
+    result["trace_operations"] = tt.dump_trace(args.record_trace)
 if args.json:
     with open(args.json, "w") as f:
         json.dump(result, f)

@@ -54,6 +54,18 @@ static void test_tidepool_format(void)
     trace_free(&t);
 }
 
+/* "e,0,0,0": the program called empty_cache there; kept in order between the allocations. */
+static void test_empty_cache_lines(void)
+{
+    const char *path = write_file("e.csv", "op,id,size,stream\na,1,512,0\ne,0,0,0\nf,1,512,0\ne,0,0,0\n");
+    struct trace t;
+    char err[256];
+    CHECK(trace_load(path, &t, err, sizeof err) == 0);
+    CHECK(t.nops == 4 && t.nallocs == 1 && t.nfrees == 1 && t.nempty_caches == 2);
+    CHECK(t.ops[1].kind == TRACE_EMPTY_CACHE && t.ops[2].kind == TRACE_FREE && t.ops[3].kind == TRACE_EMPTY_CACHE);
+    trace_free(&t);
+}
+
 static void test_rmm_format(void)
 {
     const char *path = write_file("rmm.csv",
@@ -98,7 +110,9 @@ static void test_malformed_input(void)
     expect_error("empty.csv", "", "empty file");
     expect_error("header.csv", "a,b,c\n", "unknown format");
     expect_error("fields.csv", "op,id,size,stream\na,1,512,0\na,2,512\n", "3: expected 4 fields");
-    expect_error("op.csv", "op,id,size,stream\nx,1,512,0\n", "2: op 'x' is neither");
+    expect_error("op.csv", "op,id,size,stream\nx,1,512,0\n", "2: op 'x' is none of");
+    expect_error("empty_cache.csv", "op,id,size,stream\na,1,512,0\ne,0,512,0\n",
+                 "3: an empty_cache line ('e') has id and size 0");
     expect_error("id.csv", "op,id,size,stream\na,one,512,0\n", "2: id 'one' is not a whole number");
     expect_error("size.csv", "op,id,size,stream\na,1,-5,0\n", "2: size '-5'");
     expect_error("zero.csv", "op,id,size,stream\na,1,0,0\n", "2: allocation 1 has size 0");
@@ -125,6 +139,7 @@ int main(void)
         return 2;
     }
     RUN(test_tidepool_format);
+    RUN(test_empty_cache_lines);
     RUN(test_rmm_format);
     RUN(test_gzip);
     RUN(test_malformed_input);

@@ -84,9 +84,23 @@ static void sample(struct run *x, uint64_t op_index)
     r->timeline_n++;
 }
 
+/* tide_empty_cache where the trace or --empty-cache-every says; what it left reserved is a floor. */
+static int empty_cache_now(struct run *x)
+{
+    tide_release_report rep;
+    if (tide_empty_cache(x->t, &rep) != TIDE_OK)
+        return failed(x, "tide_empty_cache");
+    if (x->r->empty_cache_calls < REPLAY_FLOORS)
+        x->r->floors[x->r->empty_cache_calls] = rep.reserved_bytes;
+    x->r->empty_cache_calls++;
+    return 0;
+}
+
 static int do_op(struct run *x, const struct trace_op *op)
 {
     tide_stream stream = x->streams[op->stream];
+    if (op->kind == TRACE_EMPTY_CACHE)
+        return empty_cache_now(x);
     if (op->kind == TRACE_ALLOC) {
         void *p;
         if (tide_malloc(x->t, op->size, stream, &p) != TIDE_OK)
@@ -197,12 +211,8 @@ __attribute__((noinline)) static int replay_passes(struct run *x)
             /* Counted within the pass, so every pass empties at the same points of the program. */
             if (i + 1 == next_empty) {
                 next_empty += o->empty_cache_every;
-                tide_release_report rep;
-                if (tide_empty_cache(x->t, &rep) != TIDE_OK)
-                    return failed(x, "tide_empty_cache");
-                if (r->empty_cache_calls < REPLAY_FLOORS)
-                    r->floors[r->empty_cache_calls] = rep.reserved_bytes;
-                r->empty_cache_calls++;
+                if (empty_cache_now(x) != 0)
+                    return -1;
             }
         }
         if (free_leftovers(x) != 0)
@@ -285,6 +295,8 @@ int replay_run(const struct trace *t, const struct replay_options *o, struct rep
         failed(&x, "tide_empty_cache");
         goto out;
     }
+    if (r->empty_cache_calls < REPLAY_FLOORS)
+        r->floors[r->empty_cache_calls] = rep.reserved_bytes;
     r->empty_cache_calls++;
     tide_stats s;
     s.struct_size = sizeof s;

@@ -57,7 +57,8 @@ struct replay_result {
     uint64_t peak_pending_blocks;
     uint64_t empty_cache_calls;
 #define REPLAY_FLOORS 64
-    uint64_t floors[REPLAY_FLOORS]; /* reserved right after each --empty-cache-every (the first 64) */
+    uint64_t floors[REPLAY_FLOORS]; /* reserved right after each empty_cache of the trace or of
+                                       --empty-cache-every (the first 64) */
     uint64_t reserved_after_empty_cache_bytes;
     uint64_t backend_held_after_empty_cache_bytes;
     uint64_t pending_after_empty_cache_blocks;

@@ -163,6 +163,8 @@ static void print_summary(FILE *f, const char *path, const char *conf, const str
     fprintf(f, "tidepool replay %s\n", path);
     fprintf(f, "  %zu allocations, %zu frees, %u stream%s (%s format)", t->nallocs, t->nfrees,
             t->nstreams, t->nstreams == 1 ? "" : "s", t->format);
+    if (t->nempty_caches)
+        fprintf(f, ", %zu empty_cache call%s", t->nempty_caches, t->nempty_caches == 1 ? "" : "s");
     if (r->passes > 1)
         fprintf(f, ", replayed %u times", r->passes);
     fprintf(f, "\n  simulated device %s; config %s%s%s\n",

@@ -316,8 +316,17 @@ static int read_tidepool(struct reader *r, struct trace *t, struct key_map *ids)
             t->nfrees++;
             if ((rc = push(r, t, (struct trace_op){TRACE_FREE, (uint32_t)stream, dense, size})))
                 break;
+        } else if (strcmp(f[0], "e") == 0) {
+            if (id || size) {
+                rc = fail(r, "an empty_cache line ('e') has id and size 0, not %llu and %llu",
+                          (unsigned long long)id, (unsigned long long)size);
+                break;
+            }
+            t->nempty_caches++;
+            if ((rc = push(r, t, (struct trace_op){TRACE_EMPTY_CACHE, (uint32_t)stream, 0, 0})))
+                break;
         } else {
-            rc = fail(r, "op '%s' is neither 'a' (allocate) nor 'f' (free)", f[0]);
+            rc = fail(r, "op '%s' is none of 'a' (allocate), 'f' (free), 'e' (empty_cache)", f[0]);
             break;
         }
     }

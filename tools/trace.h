@@ -8,7 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum trace_op_kind { TRACE_ALLOC = 0, TRACE_FREE = 1 };
+/* TRACE_EMPTY_CACHE: the program called empty_cache here (tidepool's CSV only: "e,0,0,0"). */
+enum trace_op_kind { TRACE_ALLOC = 0, TRACE_FREE = 1, TRACE_EMPTY_CACHE = 2 };
 
 struct trace_op {
     uint8_t kind;       /* enum trace_op_kind */
@@ -20,7 +21,7 @@ struct trace_op {
 struct trace {
     struct trace_op *ops;
     size_t nops, cap;
-    size_t nallocs, nfrees;
+    size_t nallocs, nfrees, nempty_caches;
     uint32_t nstreams;            /* distinct streams, the default one included if used */
     size_t skipped_frees;         /* RMM logs: frees of memory allocated before the log began */
     const char *format;           /* "tidepool" or "rmm" */

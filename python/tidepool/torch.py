@@ -246,6 +246,16 @@ def dump_snapshot(path):
         pickle.dump(memory_snapshot(), f)
 
 
+def dump_trace(path, device=None):
+    """Writes what the program asked of one device's allocator, as recorded by record_memory_history,
+    as a trace CSV (gzip'd if path ends in .gz) that `tidepool replay` and `gpu_bench replay` read:
+    allocations, frees and empty_cache calls in order. Returns the number of operations written."""
+    from . import trace
+    history = json.loads(_require().history_json(_device_index(device)))
+    lines, _ = trace.write_trace(history, path)
+    return lines
+
+
 def leak_report(device=None):
     """What is still allocated on one device, grouped by tag and call site, largest first, in words."""
     return _require().leak_report(_device_index(device))
