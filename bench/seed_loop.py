@@ -49,7 +49,7 @@ if args.allocator.startswith("tidepool"):
                         args.tidepool_conf) if c]
     tt.enable(config=",".join(conf) or None)
     if args.record_trace:  # an alloc, a free and its completion per tensor; some 1200 tensors a step
-        tt.record_memory_history(max_entries=4000 * args.steps + 100000)
+        tt.record_memory_history(max_entries=4000 * args.steps + 100000, ordered=True)
     peak_reserved = tt.max_memory_reserved
     reserved = tt.memory_reserved
 else:

@@ -434,10 +434,11 @@ typedef struct tide_event {
                                       free completed at once shares its request's). Numbers may be
                                       skipped. One thread's events are in order; with several threads,
                                       each takes numbers 16 at a time, so their events interleave in
-                                      blocks of up to 16 */
+                                      blocks of up to 16 (TIDE_HISTORY_ORDERED: exactly in order) */
     uint64_t time_ns;              /* CLOCK_MONOTONIC; read at a thread's every 16th event, and for
                                       the events between placed by interpolation in seq order (off by
-                                      at most the time between two stamps) */
+                                      at most the time between two stamps); TIDE_HISTORY_ORDERED: read
+                                      at every event */
     uint32_t kind;                 /* tide_event_kind */
     uint32_t nframes;              /* frames captured (TIDE_HISTORY_STACKS), innermost first */
     tide_stream stream;
@@ -451,7 +452,11 @@ typedef struct tide_event {
 /* The name of an event kind ("alloc", "free_requested", ...). */
 TIDE_API const char *tide_event_kind_name(uint32_t kind);
 
-enum { TIDE_HISTORY_STACKS = 1 };  /* flags: capture the caller's native stack with each event */
+/* flags. TIDE_HISTORY_STACKS: capture the caller's native stack with each event. TIDE_HISTORY_ORDERED:
+ * number and time every event on its own, so that the events of several threads are in the exact order
+ * they happened (the order a trace for replay needs: every free after its allocation), at the price of
+ * an atomic operation and a clock read per event. */
+enum { TIDE_HISTORY_STACKS = 1, TIDE_HISTORY_ORDERED = 2 };
 
 /* Starts recording into a new ring with room for `capacity` events (1 to 2^26, rounded up to a power
  * of two; its memory is taken and touched now), dropping what an earlier history held. A free that

@@ -8,7 +8,9 @@
  * slot being filled, and the slots a thread claimed but has not filled yet. Timestamps (CLOCK_MONOTONIC)
  * are read twice per chunk, at its first and its last event: the events between (all the same
  * thread's) are placed in time by interpolating between the two. Reading the clock at every event
- * would cost more than the allocation it records. (A CPU's cycle counter would be cheaper to read, but
+ * would cost more than the allocation it records. The price is order: two threads' events interleave
+ * in blocks of a chunk. TIDE_HISTORY_ORDERED makes a chunk one slot, for those who need the exact
+ * order (a trace to replay) more than the speed. (A CPU's cycle counter would be cheaper to read, but
  * on a virtual machine two CPUs' counters can disagree, and a thread that moves between them would
  * see its time go back.)
  */
@@ -26,7 +28,7 @@
 
 #define HISTORY_MAX_CAPACITY ((size_t)1 << 26)
 #define TAG_MAX 64
-#define CHUNK 16 /* slots a thread claims at once; the first gets a timestamp */
+#define CHUNK 16 /* slots a thread claims at once, unless TIDE_HISTORY_ORDERED */
 
 /* One recorded event, compact (the public tide_event carries the stack inline; here it lives apart,
  * only when stacks are recorded). A free that completes at once is one slot (COMPLETED_AT_ONCE), read
@@ -49,6 +51,7 @@ struct history {
     void **frames;                    /* TIDE_HISTORY_MAX_FRAMES per slot, with TIDE_HISTORY_STACKS */
     size_t capacity;
     unsigned flags;
+    uint32_t chunk;                   /* slots a thread claims at once: CHUNK, or 1 if ordered */
     _Atomic(uint64_t) next_seq;
     uint64_t ns0;                     /* CLOCK_MONOTONIC at start */
 };
@@ -161,8 +164,8 @@ void history_record(struct history *hist, uint32_t kind, tide_stream stream, uin
     bool first = false;
     if (__builtin_expect(claimed.id != hist->id || claimed.next == claimed.end, 0)) {
         claimed.id = hist->id;
-        claimed.next = atomic_fetch_add_explicit(&hist->next_seq, CHUNK, memory_order_relaxed);
-        claimed.end = claimed.next + CHUNK;
+        claimed.next = atomic_fetch_add_explicit(&hist->next_seq, hist->chunk, memory_order_relaxed);
+        claimed.end = claimed.next + hist->chunk;
         first = true;
     }
     uint64_t seq = claimed.next++;
@@ -200,7 +203,7 @@ tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flag
     if (capacity == 0 || capacity > HISTORY_MAX_CAPACITY)
         return tide__fail(TIDE_EINVAL, "tide_history_start: capacity %zu is not between 1 and %zu events",
                           capacity, HISTORY_MAX_CAPACITY);
-    if (flags & ~(unsigned)TIDE_HISTORY_STACKS)
+    if (flags & ~(unsigned)(TIDE_HISTORY_STACKS | TIDE_HISTORY_ORDERED))
         return tide__fail(TIDE_EINVAL, "tide_history_start: unknown flags 0x%x", flags);
     size_t rounded = 1; /* a power of two, so a slot's index is a mask, not a division */
     while (rounded < capacity)
@@ -223,6 +226,7 @@ tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flag
     hist->slots = slots;
     hist->capacity = capacity;
     hist->flags = flags;
+    hist->chunk = flags & TIDE_HISTORY_ORDERED ? 1 : CHUNK;
     hist->ns0 = monotonic_ns();
     hist->id = atomic_fetch_add(&history_ids, 1);
     pthread_mutex_lock(&t->history_lock);
@@ -324,14 +328,15 @@ tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, si
      * one thread's) between its first and last events, which have one: place them between, by number.
      * Where a chunk's ends are missing (dropped, or not written yet), its events take the stamp there is,
      * else the time of the event before them. */
-    for (size_t i = 0; i < n;) {
-        uint64_t chunk = out[i].seq / CHUNK;
+    const uint64_t chunk_size = hist->chunk;
+    for (size_t i = 0; i < n && chunk_size > 1;) {
+        uint64_t chunk = out[i].seq / chunk_size;
         size_t j = i;
         uint64_t first_ns = 0, last_ns = 0;
-        for (; j < n && out[j].seq / CHUNK == chunk; j++) {
-            if (out[j].time_ns && out[j].seq % CHUNK == 0)
+        for (; j < n && out[j].seq / chunk_size == chunk; j++) {
+            if (out[j].time_ns && out[j].seq % chunk_size == 0)
                 first_ns = out[j].time_ns;
-            if (out[j].time_ns && out[j].seq % CHUNK == CHUNK - 1)
+            if (out[j].time_ns && out[j].seq % chunk_size == chunk_size - 1)
                 last_ns = out[j].time_ns;
         }
         uint64_t before = i ? out[i - 1].time_ns : hist->ns0;
@@ -340,7 +345,7 @@ tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, si
         for (size_t k = i; k < j; k++) {
             if (out[k].time_ns)
                 continue;
-            double f = (double)(out[k].seq % CHUNK) / (double)(CHUNK - 1);
+            double f = (double)(out[k].seq % chunk_size) / (double)(chunk_size - 1);
             out[k].time_ns = lo + (uint64_t)(f * (double)(hi - lo));
         }
         i = j;
@@ -457,7 +462,9 @@ tide_status tide_history_json(tide_allocator *t, char **out)
         return tide__fail(TIDE_EHOSTMEM, "tide_history_json: out of host memory");
     tide_history_read(t, events, cap, &n, &dropped);
     struct text x = {0};
-    text_printf(&x, "{\"dropped\": %llu, \"events\": [", (unsigned long long)dropped);
+    /* "ordered": whether several threads' events are in their exact order (TIDE_HISTORY_ORDERED). */
+    text_printf(&x, "{\"dropped\": %llu, \"ordered\": %s, \"events\": [", (unsigned long long)dropped,
+                hist && (hist->flags & TIDE_HISTORY_ORDERED) ? "true" : "false");
     for (size_t i = 0; i < n; i++) {
         const tide_event *e = &events[i];
         text_printf(&x, "%s\n  {\"seq\": %llu, \"time_ns\": %llu, \"kind\": \"%s\", \"stream\": %llu, "

@@ -407,6 +407,65 @@ static void test_threads_record_at_once(void)
     fixture_close(&f);
 }
 
+/* TIDE_HISTORY_ORDERED: threads that take turns (a lock decides the order) find their events in
+ * exactly that order, and with times in that order. Without the flag, events interleave in blocks of
+ * 16 per thread and this fails. */
+static pthread_mutex_t turn = PTHREAD_MUTEX_INITIALIZER;
+static size_t next_ticket;
+
+static void *allocate_in_turn(void *arg)
+{
+    struct recorder *r = arg;
+    for (int i = 0; i < PAIRS_PER_RECORDER; i++) {
+        void *p;
+        pthread_mutex_lock(&turn);
+        size_t ticket = ++next_ticket; /* the ticket is the size: the order is in the events */
+        tide_status s = tide_malloc(r->f->t, ticket, r->stream, &p);
+        pthread_mutex_unlock(&turn);
+        if (s != TIDE_OK || tide_free(r->f->t, p) != TIDE_OK)
+            harness_failures++;
+    }
+    return NULL;
+}
+
+static void test_threads_ordered(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    struct recorder rec[RECORDERS];
+    pthread_t th[RECORDERS];
+    for (int i = 0; i < RECORDERS; i++) {
+        rec[i].f = &f;
+        CHECK_OK(tide_sim_stream_create(f.sim, &rec[i].stream));
+    }
+    next_ticket = 0;
+    CHECK_OK(tide_history_start(f.t, 1 << 16, TIDE_HISTORY_ORDERED));
+    for (int i = 0; i < RECORDERS; i++)
+        pthread_create(&th[i], NULL, allocate_in_turn, &rec[i]);
+    for (int i = 0; i < RECORDERS; i++)
+        pthread_join(th[i], NULL);
+    size_t cap = 4 * RECORDERS * PAIRS_PER_RECORDER, n = 0;
+    tide_event *ev = calloc(cap, sizeof *ev);
+    CHECK_OK(tide_history_read(f.t, ev, cap, &n, NULL));
+    uint64_t expect = 1, last_time = 0, out_of_order = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].kind != TIDE_EVENT_ALLOC)
+            continue;
+        out_of_order += ev[i].size != expect || ev[i].time_ns < last_time;
+        expect = ev[i].size + 1;
+        last_time = ev[i].time_ns;
+    }
+    CHECK(out_of_order == 0);
+    CHECK(expect == RECORDERS * PAIRS_PER_RECORDER + 1); /* every allocation, the last one last */
+    char *json = NULL;
+    CHECK_OK(tide_history_json(f.t, &json));
+    CHECK(json && strstr(json, "\"ordered\": true"));
+    tide_string_free(json);
+    CHECK(tide_history_start(f.t, 16, 4) == TIDE_EINVAL); /* an unknown flag */
+    free(ev);
+    fixture_close(&f);
+}
+
 int main(void)
 {
     RUN(test_history_and_snapshot_agree_with_stats);
@@ -414,5 +473,6 @@ int main(void)
     RUN(test_ring_keeps_the_newest);
     RUN(test_leak_report_at_destroy);
     RUN(test_threads_record_at_once);
+    RUN(test_threads_ordered);
     return HARNESS_EXIT();
 }

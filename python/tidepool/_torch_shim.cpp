@@ -119,11 +119,11 @@ std::string take_text(tide_status s, char *text)
     return out;
 }
 
-void history_start(int device, int64_t capacity, bool stacks)
+void history_start(int device, int64_t capacity, bool stacks, bool ordered)
 {
     TORCH_CHECK(capacity > 0, "tidepool: the history needs room for at least one event");
     tide_status s = tide_history_start(allocator_of(device), static_cast<size_t>(capacity),
-                                       stacks ? TIDE_HISTORY_STACKS : 0);
+                                       (stacks ? TIDE_HISTORY_STACKS : 0) | (ordered ? TIDE_HISTORY_ORDERED : 0));
     TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
 }
 

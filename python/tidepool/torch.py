@@ -172,14 +172,16 @@ def memory_summary(device=None):
 
 # ---- seeing memory: history, snapshots in PyTorch's structure, leak reports ----------------------------
 
-def record_memory_history(enabled=True, max_entries=100000, stacks=False, device=None):
+def record_memory_history(enabled=True, max_entries=100000, stacks=False, device=None, ordered=False):
     """Starts (or, with enabled=False, stops) tidepool's history of allocator events on one device (all
-    devices if device is None). stacks=True records each event's native call stack."""
+    devices if device is None). stacks=True records each event's native call stack. ordered=True keeps
+    the events of several threads (PyTorch's autograd runs on its own) in their exact order, as a trace
+    for dump_trace needs, at some cost per event; otherwise they interleave in blocks of 16."""
     shim = _require()
     devices = range(torch.cuda.device_count()) if device is None else [_device_index(device)]
     for d in devices:
         if enabled:
-            shim.history_start(d, int(max_entries), bool(stacks))
+            shim.history_start(d, int(max_entries), bool(stacks), bool(ordered))
         else:
             shim.history_stop(d)
 
@@ -247,11 +249,15 @@ def dump_snapshot(path):
 
 
 def dump_trace(path, device=None):
-    """Writes what the program asked of one device's allocator, as recorded by record_memory_history,
-    as a trace CSV (gzip'd if path ends in .gz) that `tidepool replay` and `gpu_bench replay` read:
+    """Writes what the program asked of one device's allocator, as recorded by
+    record_memory_history(ordered=True), as a trace CSV (gzip'd if path ends in .gz) that `tidepool replay` and `gpu_bench replay` read:
     allocations, frees and empty_cache calls in order. Returns the number of operations written."""
     from . import trace
     history = json.loads(_require().history_json(_device_index(device)))
+    if not history.get("ordered"):
+        raise RuntimeError("tidepool.torch.dump_trace: the history was recorded without ordered=True, so "
+                           "the events of PyTorch's threads may be out of order (a free before its "
+                           "allocation); record it with record_memory_history(ordered=True)")
     lines, _ = trace.write_trace(history, path)
     return lines
 

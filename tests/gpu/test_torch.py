@@ -197,6 +197,40 @@ def test_snapshot_history_and_leak_report():
     del keep
 
 
+def test_dump_trace():
+    """A training step with backward (autograd's own thread allocates too) recorded in order and written
+    as a trace: every free follows its allocation, and the empty_cache call is a line of its own."""
+    import gzip
+    import tempfile
+    model = torch.nn.Linear(512, 512).cuda()
+    tt.record_memory_history(max_entries=100000, ordered=True)
+    for _ in range(3):
+        model(torch.randn(64, 512, device="cuda")).sum().backward()
+    torch.cuda.empty_cache()
+    model(torch.randn(64, 512, device="cuda")).sum().backward()
+    with tempfile.NamedTemporaryFile(suffix=".csv.gz") as f:
+        n = tt.dump_trace(f.name)
+        lines = gzip.open(f.name, "rt").read().split()[1:]
+    tt.record_memory_history(enabled=False)
+    live, misordered = set(), 0
+    for line in lines:
+        op, ident = line.split(",")[:2]
+        if op == "a":
+            live.add(ident)
+        elif op == "f":
+            misordered += ident not in live
+            live.discard(ident)
+    check(n == len(lines) and n > 20 and misordered == 0 and lines.count("e,0,0,0") == 1,
+          "dump_trace(): %d operations, every free after its allocation, one empty_cache line" % n)
+    tt.record_memory_history(max_entries=1000)
+    try:
+        tt.dump_trace("/tmp/unordered.csv")
+        check(False, "dump_trace() refuses a history recorded without ordered=True")
+    except RuntimeError as e:
+        check("ordered=True" in str(e), "dump_trace() refuses a history recorded without ordered=True")
+    tt.record_memory_history(enabled=False)
+
+
 def main():
     test_enable_after_cuda_init_is_refused()
     t0 = time.time()
@@ -209,6 +243,7 @@ def main():
     test_out_of_memory_raises_torch_oom()
     test_training_step_and_cublas()
     test_snapshot_history_and_leak_report()
+    test_dump_trace()
     if failures:
         print("%d check(s) failed" % len(failures))
         return 1
