@@ -34,10 +34,10 @@ build() {
         cmake --build $BUILD -j "$(nproc)" 2>&1 | grep -E "error|warning|Error" ; true
 }
 
-# Step time again, 300-step runs of two allocators in turn, three rounds, so drift in the GPU's clocks
-# hits both alike; then their medians side by side.
+# Step time again, 300-step runs of two allocators in turn, three rounds (ROUNDS=n for more), so drift
+# in the GPU's clocks hits both alike; then their medians side by side.
 alternate() {
-    for round in 1 2 3; do
+    for round in $(seq 1 "${ROUNDS:-3}"); do
         for alloc in "$1" "$2"; do
             python3 bench/seed_loop.py --allocator "$alloc" --steps 300 --json "$OUT/alt_${alloc}_$round.json" 2>&1 | tail -1
         done

@@ -21,3 +21,7 @@ print("\nalternating runs (median ms/step of each run): %s %s, %s %s" % (
     base, ["%.3f" % v for v in ms[base]], cand, ["%.3f" % v for v in ms[cand]]))
 print("%s / %s, median of the runs: %+.2f%%" % (
     cand, base, (statistics.median(ms[cand]) / statistics.median(ms[base]) - 1) * 100))
+# Each round's two runs ran back to back: their ratio sees the least drift.
+paired = [c / b - 1 for b, c in zip(ms[base], ms[cand])]
+print("%s / %s, round by round: %s; median %+.2f%%" % (
+    cand, base, ", ".join("%+.2f%%" % (100 * r) for r in paired), 100 * statistics.median(paired)))
