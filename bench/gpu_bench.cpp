@@ -6,6 +6,8 @@
 //   gpu_bench replay --only NAME TRACE...    only one allocator: tidepool, pytorch or cudaMallocAsync
 //                                    (run it with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or
 //                                    TIDEPOOL_CONF=expandable_segments:True, for those variants)
+//   TIDEPOOL_HISTORY=N               tidepool records a history of the last N events all along (what
+//                                    the history costs: run with and without it)
 //
 // Built by bench/build_gpu_bench.sh against the installed PyTorch (c10, c10_cuda) and CUDA runtime.
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -87,6 +89,13 @@ void setup(Allocators &a)
         exit(1);
     }
     a.tidepool.ctx = a.tide;
+    if (const char *events = getenv("TIDEPOOL_HISTORY")) {
+        if (tide_history_start(a.tide, strtoull(events, nullptr, 10), 0) != TIDE_OK) {
+            fprintf(stderr, "tidepool: %s\n", tide_last_error());
+            exit(1);
+        }
+        fprintf(stderr, "tidepool's history is on (%s events)\n", events);
+    }
     CUDA_OK(cudaDeviceGetDefaultMemPool(&a.pool, 0));
     uint64_t keep_all = UINT64_MAX; // the driver's own caching allocator: never give memory back
     CUDA_OK(cudaMemPoolSetAttribute(a.pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
