@@ -3,8 +3,8 @@
  *
  *   build/bench/micro_sim [reps]
  *
- * (The GPU version, bench/micro_gpu.cpp, runs the same patterns against PyTorch's allocator and
- * cudaMallocAsync in one process.)
+ * (The GPU version, `gpu_bench micro` in bench/gpu_bench.cpp, runs the same patterns against
+ * PyTorch's allocator and cudaMallocAsync in one process.)
  */
 #include "micro_patterns.h"
 #include "tidepool.h"
