@@ -57,8 +57,11 @@ size_t segment_size_for(enum pool_kind pool, size_t rounded)
 {
     if (pool == POOL_SMALL)
         return TIDE_SMALL_SEGMENT;
+    /* A segment for a mid-size request holds a whole number of requests of that size, rather than 20
+     * MiB with a tail that only smaller requests can use: a training loop asks for the same sizes
+     * again and again, and such tails add up (8 MiB requests: 16 MiB segments, not 20 with 4 left). */
     if (rounded < TIDE_LARGE_DIRECT_MIN)
-        return TIDE_LARGE_SEGMENT;
+        return round_up(TIDE_LARGE_SEGMENT / rounded * rounded, TIDE_SEGMENT_GRANULE);
     return round_up(rounded, TIDE_SEGMENT_GRANULE);
 }
 

@@ -47,7 +47,7 @@
 #define TIDE_SMALL_SEGMENT (2 * MiB)          /* segment size of the small pool */
 #endif
 #ifndef TIDE_LARGE_SEGMENT
-#define TIDE_LARGE_SEGMENT (20 * MiB)         /* segment size for large requests below ... */
+#define TIDE_LARGE_SEGMENT (20 * MiB)         /* at most this for large requests below ... (heap.c) */
 #endif
 #ifndef TIDE_LARGE_DIRECT_MIN
 #define TIDE_LARGE_DIRECT_MIN (10 * MiB)      /* ... this; larger ones get a segment of their own size */

@@ -22,7 +22,8 @@ static void test_malloc_rounds_aligns_and_picks_pools(void)
     CHECK(s.reserved_bytes[TIDE_POOL_SMALL].current == (int64_t)(2 * MIB));
 
     CHECK_OK(tide_malloc(f.t, MIB, 0, &q));         /* 1 MiB: still the small pool */
-    CHECK_OK(tide_malloc(f.t, MIB + 1, 0, &r));     /* above: the large pool, a 20 MiB segment */
+    CHECK_OK(tide_malloc(f.t, MIB + 1, 0, &r));     /* above: the large pool, a 20 MiB segment
+                                                       (19 such blocks fit; 20 MiB is the granule above) */
     CHECK_OK(tide_malloc(f.t, 33 * MIB + 5, 0, &big)); /* 10 MiB or more: a segment of its own size */
     s = stats_of(f.t);
     CHECK(s.allocation[TIDE_POOL_SMALL].current == 2);
@@ -319,6 +320,37 @@ static void test_max_split_size_keeps_oversize_blocks_whole(void)
     fixture_close(&f);
 }
 
+/* A request of 1 to 10 MiB gets a segment of as many such requests as fit in 20 MiB, rounded up to the
+ * 2 MiB granule: no tail that only smaller requests could use. */
+static void test_mid_size_segments_hold_whole_requests(void)
+{
+    static const struct {
+        size_t request, segment;
+    } cases[] = {
+        {8 * MIB, 16 * MIB},            /* two, not two and a 4 MiB tail */
+        {3 * MIB, 18 * MIB},            /* six */
+        {7 * MIB, 14 * MIB},            /* two */
+        {6 * MIB + 1, 20 * MIB},        /* three of 6 MiB + 512 (18 MiB + 1.5 KiB), rounded up */
+        {4 * MIB, 20 * MIB},            /* five: exactly 20 */
+        {3 * MIB / 2, 20 * MIB},        /* thirteen (19.5 MiB), rounded up */
+        {10 * MIB, 10 * MIB},           /* 10 MiB and above: a segment of the request's own size */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct fixture f;
+        fixture_open(&f, 0, NULL);
+        void *p;
+        CHECK_OK(tide_malloc(f.t, cases[i].request, 0, &p));
+        tide_stats s = stats_of(f.t);
+        if (s.reserved_bytes[TIDE_POOL_LARGE].current != (int64_t)cases[i].segment) {
+            fprintf(stderr, "a request of %zu bytes reserved %lld bytes, expected %zu\n", cases[i].request,
+                    (long long)s.reserved_bytes[TIDE_POOL_LARGE].current, cases[i].segment);
+            harness_failures++;
+        }
+        CHECK_OK(tide_free(f.t, p));
+        fixture_close(&f);
+    }
+}
+
 int main(void)
 {
     RUN(test_malloc_rounds_aligns_and_picks_pools);
@@ -331,5 +363,6 @@ int main(void)
     RUN(test_pending_block_is_never_merged);
     RUN(test_failed_fence_owes_a_synchronize);
     RUN(test_max_split_size_keeps_oversize_blocks_whole);
+    RUN(test_mid_size_segments_hold_whole_requests);
     return HARNESS_EXIT();
 }
