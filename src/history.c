@@ -68,7 +68,6 @@ static uint64_t monotonic_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-
 const char *tide_event_kind_name(uint32_t kind)
 {
     static const char *const names[TIDE_EVENT_KIND_COUNT] = {

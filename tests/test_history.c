@@ -358,21 +358,28 @@ static void *record_pairs(void *arg)
     return NULL;
 }
 
+/* RECORDERS threads, each on a stream of its own, run body while a history with these flags records. */
+static void record_from_threads(struct fixture *f, struct recorder rec[RECORDERS], unsigned flags,
+                                void *(*body)(void *))
+{
+    pthread_t th[RECORDERS];
+    for (int i = 0; i < RECORDERS; i++) {
+        rec[i].f = f;
+        CHECK_OK(tide_sim_stream_create(f->sim, &rec[i].stream));
+    }
+    CHECK_OK(tide_history_start(f->t, 1 << 16, flags));
+    for (int i = 0; i < RECORDERS; i++)
+        pthread_create(&th[i], NULL, body, &rec[i]);
+    for (int i = 0; i < RECORDERS; i++)
+        pthread_join(th[i], NULL);
+}
+
 static void test_threads_record_at_once(void)
 {
     struct fixture f;
     fixture_open(&f, 0, NULL);
     struct recorder rec[RECORDERS];
-    pthread_t th[RECORDERS];
-    for (int i = 0; i < RECORDERS; i++) {
-        rec[i].f = &f;
-        CHECK_OK(tide_sim_stream_create(f.sim, &rec[i].stream));
-    }
-    CHECK_OK(tide_history_start(f.t, 1 << 16, 0));
-    for (int i = 0; i < RECORDERS; i++)
-        pthread_create(&th[i], NULL, record_pairs, &rec[i]);
-    for (int i = 0; i < RECORDERS; i++)
-        pthread_join(th[i], NULL);
+    record_from_threads(&f, rec, 0, record_pairs);
     CHECK_OK(tide_history_stop(f.t));
     size_t cap = 4 * RECORDERS * PAIRS_PER_RECORDER, n = 0;
     tide_event *ev = calloc(cap, sizeof *ev);
@@ -433,17 +440,8 @@ static void test_threads_ordered(void)
     struct fixture f;
     fixture_open(&f, 0, NULL);
     struct recorder rec[RECORDERS];
-    pthread_t th[RECORDERS];
-    for (int i = 0; i < RECORDERS; i++) {
-        rec[i].f = &f;
-        CHECK_OK(tide_sim_stream_create(f.sim, &rec[i].stream));
-    }
     next_ticket = 0;
-    CHECK_OK(tide_history_start(f.t, 1 << 16, TIDE_HISTORY_ORDERED));
-    for (int i = 0; i < RECORDERS; i++)
-        pthread_create(&th[i], NULL, allocate_in_turn, &rec[i]);
-    for (int i = 0; i < RECORDERS; i++)
-        pthread_join(th[i], NULL);
+    record_from_threads(&f, rec, TIDE_HISTORY_ORDERED, allocate_in_turn);
     size_t cap = 4 * RECORDERS * PAIRS_PER_RECORDER, n = 0;
     tide_event *ev = calloc(cap, sizeof *ev);
     CHECK_OK(tide_history_read(f.t, ev, cap, &n, NULL));

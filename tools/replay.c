@@ -84,8 +84,9 @@ static void sample(struct run *x, uint64_t op_index)
     r->timeline_n++;
 }
 
-/* tide_empty_cache where the trace or --empty-cache-every says; what it left reserved is a floor. */
-static int empty_cache_now(struct run *x)
+/* tide_empty_cache where the trace, --empty-cache-every or the end of the run says; what it left
+ * reserved is a floor. Its report goes to *out if asked for. */
+static int empty_cache_now(struct run *x, tide_release_report *out)
 {
     tide_release_report rep;
     if (tide_empty_cache(x->t, &rep) != TIDE_OK)
@@ -93,6 +94,8 @@ static int empty_cache_now(struct run *x)
     if (x->r->empty_cache_calls < REPLAY_FLOORS)
         x->r->floors[x->r->empty_cache_calls] = rep.reserved_bytes;
     x->r->empty_cache_calls++;
+    if (out)
+        *out = rep;
     return 0;
 }
 
@@ -100,7 +103,7 @@ static int do_op(struct run *x, const struct trace_op *op)
 {
     tide_stream stream = x->streams[op->stream];
     if (op->kind == TRACE_EMPTY_CACHE)
-        return empty_cache_now(x);
+        return empty_cache_now(x, NULL);
     if (op->kind == TRACE_ALLOC) {
         void *p;
         if (tide_malloc(x->t, op->size, stream, &p) != TIDE_OK)
@@ -211,7 +214,7 @@ __attribute__((noinline)) static int replay_passes(struct run *x)
             /* Counted within the pass, so every pass empties at the same points of the program. */
             if (i + 1 == next_empty) {
                 next_empty += o->empty_cache_every;
-                if (empty_cache_now(x) != 0)
+                if (empty_cache_now(x, NULL) != 0)
                     return -1;
             }
         }
@@ -291,13 +294,8 @@ int replay_run(const struct trace *t, const struct replay_options *o, struct rep
         goto out;
 
     tide_release_report rep;
-    if (tide_empty_cache(x.t, &rep) != TIDE_OK) {
-        failed(&x, "tide_empty_cache");
+    if (empty_cache_now(&x, &rep) != 0)
         goto out;
-    }
-    if (r->empty_cache_calls < REPLAY_FLOORS)
-        r->floors[r->empty_cache_calls] = rep.reserved_bytes;
-    r->empty_cache_calls++;
     tide_stats s;
     s.struct_size = sizeof s;
     tide_get_stats(x.t, &s);

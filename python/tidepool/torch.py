@@ -250,8 +250,9 @@ def dump_snapshot(path):
 
 def dump_trace(path, device=None):
     """Writes what the program asked of one device's allocator, as recorded by
-    record_memory_history(ordered=True), as a trace CSV (gzip'd if path ends in .gz) that `tidepool replay` and `gpu_bench replay` read:
-    allocations, frees and empty_cache calls in order. Returns the number of operations written."""
+    record_memory_history(ordered=True), as a trace CSV (gzip'd if path ends in .gz) that
+    `tidepool replay` and `gpu_bench replay` read: allocations, frees and empty_cache calls in order.
+    Returns the number of operations written."""
     from . import trace
     history = json.loads(_require().history_json(_device_index(device)))
     if not history.get("ordered"):
