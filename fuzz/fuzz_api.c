@@ -130,6 +130,10 @@ struct world {
     struct kernel kernels[MAX_KERNELS];
     int nkernels;
     uint8_t next_tag;
+    /* Per stream: guard:True canary writes may still be queued there that tidepool did not wait for,
+     * because the device call that would have waited failed (an injected fault). In stream order they
+     * come before the next owner's work; the harness writes from the host, so it waits for them first. */
+    bool unwaited_writes[STREAMS];
     const uint8_t *in;
     size_t len, pos;
 };
@@ -230,11 +234,14 @@ static void stamp(struct block *b)
 static void op_malloc(struct world *w)
 {
     size_t size = fuzzed_size(w);
-    tide_stream stream = w->streams[byte(w) % STREAMS];
+    unsigned which = byte(w) % STREAMS;
+    tide_stream stream = w->streams[which];
     retire_blocks(w);
     void *p = NULL;
     tide_status s = tide_malloc(w->t, size, stream, &p);
     SAY("malloc %zu on stream %lu -> %p %s\n", size, (unsigned long)stream, p, tide_status_name(s));
+    if (s == TIDE_EDEVICE) /* a canary write may have been queued before the one that failed */
+        w->unwaited_writes[which] = true;
     if (size == 0) {
         if (s != TIDE_EINVAL)
             die("tide_malloc of 0 bytes did not fail with TIDE_EINVAL", tide_last_error());
@@ -271,6 +278,11 @@ static void op_malloc(struct world *w)
         return;
     }
     nb.tag = ++w->next_tag ? w->next_tag : ++w->next_tag;
+    if (w->unwaited_writes[which]) {
+        if (tide_sim_stream_synchronize(sim, stream) != TIDE_OK)
+            die("tide_sim_stream_synchronize failed", tide_last_error());
+        w->unwaited_writes[which] = false;
+    }
     stamp(&nb);
     w->blocks[w->nblocks++] = nb;
 }
@@ -290,6 +302,9 @@ static void op_free(struct world *w)
         fprintf(stderr, "tide_free returned %s\n", tide_status_name(s));
         die("tide_free of a live block failed", tide_last_error());
     }
+    if (s == TIDE_EDEVICE) /* the guard check failed before it waited for the block's stream */
+        for (int i = 0; i < STREAMS; i++)
+            w->unwaited_writes[i] |= w->streams[i] == b->stream;
     b->live = false;
 }
 
