@@ -60,6 +60,10 @@ static void check_block(struct checker *c, struct heap *h, struct segment *seg, 
         if (b->refs || b->fences || b->needs_sync)
             problem(c, "FREE block 0x%llx still has %u references, %u fences or a synchronize owed",
                     a, b->refs, b->fences);
+        /* A FREE block's second line is left as it is when it is split, merged or recycled. */
+        if (b->nuses || b->uses_cap || b->requested)
+            problem(c, "FREE block 0x%llx still records %u stream uses or a request of %zu bytes", a,
+                    b->nuses, b->requested);
         if (b->next && b->next->state == BLOCK_FREE)
             problem(c, "FREE blocks 0x%llx and 0x%llx are neighbours and were not merged", a,
                     (unsigned long long)b->next->addr);

@@ -5,8 +5,14 @@
  * level 0); above, the first level is the power of two and the second splits it into 32 equal ranges, so
  * a class is at most 1/32 (3%) wide. Two bitmaps say which classes hold blocks, so the next class that
  * can serve a request is found with two bit scans, whatever the number of blocks.
+ *
+ * Each class's list ends at the index's own end block rather than at NULL, so linking and unlinking
+ * never test for a neighbour: whether a class is empty is data that a branch predictor cannot learn,
+ * and these run several times per allocation and free.
  */
 #include "internal.h"
+
+#include <string.h>
 
 static inline unsigned msb64(uint64_t v) { return 63u - (unsigned)__builtin_clzll(v); }
 
@@ -27,18 +33,26 @@ static void class_of(size_t size, unsigned *fl, unsigned *sl)
     }
 }
 
+void free_index_init(struct free_index *fi, struct block *end)
+{
+    memset(fi, 0, sizeof *fi);
+    fi->end = end;
+    for (unsigned fl = 0; fl < FI_FL_COUNT; fl++)
+        for (unsigned sl = 0; sl < FI_SL_COUNT; sl++)
+            fi->heads[fl][sl] = end;
+}
+
 void free_index_insert(struct free_index *fi, struct block *b)
 {
     unsigned fl, sl;
     class_of(b->size, &fl, &sl);
     b->fl = (uint8_t)fl;
     b->sl = (uint8_t)sl;
-    struct block *head = fi->heads[fl][sl];
-    b->link_prev = NULL;
-    b->link_next = head;
-    if (head)
-        head->link_prev = b;
-    fi->heads[fl][sl] = b;
+    struct block **head = &fi->heads[fl][sl];
+    b->link_next = *head;
+    b->link_pprev = head;
+    (*head)->link_pprev = &b->link_next; /* the end block's is written and never read */
+    *head = b;
     fi->sl_bitmap[fl] |= 1u << sl;
     fi->fl_bitmap |= 1ull << fl;
     fi->count++;
@@ -47,18 +61,14 @@ void free_index_insert(struct free_index *fi, struct block *b)
 void free_index_remove(struct free_index *fi, struct block *b)
 {
     unsigned fl = b->fl, sl = b->sl; /* as filed: the size may have changed since (a merge) */
-    if (b->link_prev)
-        b->link_prev->link_next = b->link_next;
-    else
-        fi->heads[fl][sl] = b->link_next;
-    if (b->link_next)
-        b->link_next->link_prev = b->link_prev;
-    b->link_prev = b->link_next = NULL;
-    if (!fi->heads[fl][sl]) {
-        fi->sl_bitmap[fl] &= ~(1u << sl);
-        if (!fi->sl_bitmap[fl])
-            fi->fl_bitmap &= ~(1ull << fl);
-    }
+    *b->link_pprev = b->link_next;
+    b->link_next->link_pprev = b->link_pprev;
+    b->link_next = NULL;
+    b->link_pprev = NULL;
+    /* Whether the class emptied is data too: clear its bits without branching. */
+    uint32_t emptied = fi->heads[fl][sl] == fi->end;
+    fi->sl_bitmap[fl] &= ~(emptied << sl);
+    fi->fl_bitmap &= ~((uint64_t)(fi->sl_bitmap[fl] == 0) << fl);
     fi->count--;
 }
 
@@ -96,7 +106,7 @@ struct block *free_index_find(const struct free_index *fi, size_t size, size_t o
      * fits among the first few. */
     struct block *best = NULL;
     unsigned seen = 0;
-    for (struct block *b = fi->heads[fl][sl]; b && seen < TIDE_FIT_SCAN; b = b->link_next, seen++) {
+    for (struct block *b = fi->heads[fl][sl]; b != fi->end && seen < TIDE_FIT_SCAN; b = b->link_next, seen++) {
         if (b->size < size || !acceptable(b, size, oversize_min))
             continue;
         if (b->size == size)
@@ -112,7 +122,7 @@ struct block *free_index_find(const struct free_index *fi, size_t size, size_t o
     if (!next_class(fi, fl, sl, &nfl, &nsl))
         return NULL;
     seen = 0;
-    for (struct block *b = fi->heads[nfl][nsl]; b && seen < TIDE_FIT_SCAN; b = b->link_next, seen++)
+    for (struct block *b = fi->heads[nfl][nsl]; b != fi->end && seen < TIDE_FIT_SCAN; b = b->link_next, seen++)
         if (acceptable(b, size, oversize_min))
             return b;
     return NULL;
@@ -122,7 +132,7 @@ bool free_index_contains(const struct free_index *fi, const struct block *b)
 {
     unsigned fl, sl;
     class_of(b->size, &fl, &sl);
-    for (const struct block *x = fi->heads[fl][sl]; x; x = x->link_next)
+    for (const struct block *x = fi->heads[fl][sl]; x != fi->end; x = x->link_next)
         if (x == b)
             return true;
     return false;

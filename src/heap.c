@@ -70,9 +70,10 @@ size_t segment_size_for(enum pool_kind pool, size_t rounded)
 struct block *block_new(struct heap *h)
 {
     if (!h->spare_blocks) {
-        struct block_chunk *c = calloc(1, sizeof *c);
+        struct block_chunk *c = aligned_alloc(_Alignof(struct block_chunk), sizeof *c);
         if (!c)
             return NULL;
+        memset(c, 0, sizeof *c);
         c->next = h->chunks;
         h->chunks = c;
         for (size_t i = 0; i < BLOCKS_PER_CHUNK; i++) {
@@ -80,20 +81,18 @@ struct block *block_new(struct heap *h)
             h->spare_blocks = &c->blocks[i];
         }
     }
-    /* Recycled structs are already clean (block_recycle): set only what a new block needs. */
+    /* A spare struct's second line is clean (see struct block): set only the first. */
     struct block *b = h->spare_blocks;
     h->spare_blocks = b->next;
-    b->next = b->prev = b->link_next = b->link_prev = NULL;
-    b->refs = 0;
-    b->fences = 0;
+    b->next = b->prev = b->link_next = NULL;
+    b->link_pprev = NULL;
     b->needs_sync = 0;
-    b->requested = 0;
     return b;
 }
 
+/* b is FREE, so holds no uses, refs or fences, and no request. */
 void block_recycle(struct heap *h, struct block *b)
 {
-    block_uses_clear(b);
     b->state = BLOCK_FREE;
     b->seg = NULL;
     b->next = h->spare_blocks;
@@ -111,6 +110,15 @@ tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, s
     h->owner = t;
     h->stream = stream;
     h->index = index;
+    for (int pool = 0; pool < POOL_KINDS; pool++) {
+        struct block *end = block_new(h);
+        if (!end) {
+            heap_destroy(h);
+            return tide__fail(TIDE_EHOSTMEM, "out of host memory creating the heap of stream 0x%llx",
+                              (unsigned long long)stream);
+        }
+        free_index_init(&h->free[pool], end);
+    }
     *out = h;
     return TIDE_OK;
 }
@@ -128,7 +136,8 @@ void heap_destroy(struct heap *h)
         struct block_chunk *c = h->chunks;
         h->chunks = c->next;
         for (size_t i = 0; i < BLOCKS_PER_CHUNK; i++)
-            free(c->blocks[i].uses_more);
+            if (c->blocks[i].uses_cap)
+                free(c->blocks[i].uses.more);
         free(c);
     }
     free(h);

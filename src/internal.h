@@ -91,27 +91,42 @@ static inline void spin_lock_release(spin_lock *l)
     atomic_store_explicit(&l->held, 0, memory_order_release);
 }
 
-/* A block: a run of bytes in one segment, in exactly one state. */
+/* A block: a run of bytes in one segment, in exactly one state.
+ *
+ * 128 bytes, aligned to 128: the first 64 hold all that merging and the free index read or write on a
+ * neighbour, so a free touches one line of each neighbour; the second 64, the block's own use. The
+ * pair is fetched together by CPUs that prefetch the adjacent line. A struct that is FREE, or spare,
+ * holds no refs, fences, uses or requested bytes, so nothing that makes or recycles one needs to
+ * touch its second line. */
 struct block {
-    uintptr_t addr;
+    _Alignas(128) uintptr_t addr;
     size_t size;                      /* a multiple of TIDE_UNIT */
-    size_t requested;                 /* ACTIVE: what the user asked for */
     struct segment *seg;
     struct block *prev, *next;        /* physical neighbours in the segment, by address */
-    struct block *link_prev, *link_next; /* FREE: the free index's bucket; PENDING: the heap's pending list */
+    struct block *link_next;          /* FREE: the free index's bucket; PENDING: the heap's pending list */
+    struct block **link_pprev;        /* ... and the pointer that points to this block there, so that
+                                         unlinking needs no test for being first */
     uint8_t state;                    /* enum block_state */
     uint8_t fl, sl;                   /* FREE: its class in the free index, as filed */
     uint8_t needs_sync;               /* PENDING: a fence could not be recorded; a device synchronize
                                          that starts after sync_seq frees it */
-    uint16_t fences;                  /* PENDING: fences recorded at free and not yet signalled */
+    uint32_t map_slot;                /* ACTIVE or PENDING: its slot in the heap's pointer map */
+
+    size_t requested;                 /* ACTIVE: what the user asked for */
     uint32_t refs;                    /* references held by in-flight work (tide_retain) */
+    uint16_t fences;                  /* PENDING: fences recorded at free and not yet signalled */
+    uint16_t nuses, uses_cap;         /* streams other than the heap's that used the block; uses_cap is
+                                         0 while they fit inline, else the length of uses.more */
     uint64_t sync_seq;                /* PENDING with needs_sync: the allocator's pending sequence */
-    uint16_t nuses, uses_cap;         /* streams other than the heap's that used the block */
-    tide_stream uses_inline[2];
-    tide_stream *uses_more;           /* when more than two streams used it */
+    union {
+        tide_stream inline_[2];
+        tide_stream *more;            /* when more than two streams used it */
+    } uses;
     const char *tag;                  /* ACTIVE, while a history is on: the allocating thread's tag */
     void *site;                       /* ACTIVE, while a history is on: where tide_malloc was called */
 };
+_Static_assert(sizeof(struct block) == 128 && offsetof(struct block, requested) == 64,
+               "struct block: two lines, the neighbour's fields in the first");
 
 /* A segment: one reservation from the backend, owned by one heap and one pool for its whole life; or,
  * with expandable segments, a run of mapped pages in one of the heap's arenas, which grows, shrinks,
@@ -150,8 +165,11 @@ struct free_index {
     uint64_t fl_bitmap;
     uint32_t sl_bitmap[FI_FL_COUNT];
     struct block *heads[FI_FL_COUNT][FI_SL_COUNT];
+    struct block *end;                /* every class's list ends here, never at NULL: see free_index.c */
     size_t count;
 };
+/* end: a block struct of the heap's that the index keeps for itself. */
+void free_index_init(struct free_index *fi, struct block *end);
 void free_index_insert(struct free_index *fi, struct block *b);
 void free_index_remove(struct free_index *fi, struct block *b);
 /* The best block found for size: in size's own class the smallest fitting among the first few, else the
@@ -168,7 +186,8 @@ struct ptr_map {
 };
 tide_status ptr_map_insert(struct ptr_map *m, struct block *b);
 struct block *ptr_map_get(const struct ptr_map *m, uintptr_t addr);
-void ptr_map_remove(struct ptr_map *m, uintptr_t addr);
+/* b must be in the map. */
+void ptr_map_remove(struct ptr_map *m, struct block *b);
 void ptr_map_free(struct ptr_map *m);
 
 /* ---- segment_map.c: device address -> segment, lock-free reads ----------------------------------- */

@@ -20,13 +20,12 @@
 
 /* ---- the streams that used a block ----------------------------------------------------------------- */
 
-static tide_stream *uses_of(struct block *b) { return b->uses_more ? b->uses_more : b->uses_inline; }
+static tide_stream *uses_of(struct block *b) { return b->uses_cap ? b->uses.more : b->uses.inline_; }
 
 void block_uses_clear(struct block *b)
 {
-    if (b->uses_more) {
-        free(b->uses_more);
-        b->uses_more = NULL;
+    if (b->uses_cap) {
+        free(b->uses.more);
         b->uses_cap = 0;
     }
     b->nuses = 0;
@@ -38,16 +37,16 @@ static tide_status uses_add(struct block *b, tide_stream stream)
     for (uint16_t i = 0; i < b->nuses; i++)
         if (uses[i] == stream)
             return TIDE_OK;
-    size_t cap = b->uses_more ? b->uses_cap : 2;
+    size_t cap = b->uses_cap ? b->uses_cap : 2;
     if (b->nuses == cap) {
         if (cap >= UINT16_MAX / 2)
             return tide__fail(TIDE_EINVAL, "a block cannot be used by more than %zu streams", cap);
-        tide_stream *more = realloc(b->uses_more, 2 * cap * sizeof *more);
+        tide_stream *more = realloc(b->uses_cap ? b->uses.more : NULL, 2 * cap * sizeof *more);
         if (!more)
             return tide__fail(TIDE_EHOSTMEM, "out of host memory recording a stream use");
-        if (!b->uses_more)
-            memcpy(more, b->uses_inline, sizeof b->uses_inline);
-        b->uses_more = more;
+        if (!b->uses_cap)
+            memcpy(more, b->uses.inline_, sizeof b->uses.inline_);
+        b->uses.more = more;
         b->uses_cap = (uint16_t)(2 * cap);
         uses = more;
     }
@@ -144,25 +143,22 @@ static bool record_fence(struct heap *h, struct block *b, tide_stream stream, ui
 static void pending_append(struct heap *h, struct block *b)
 {
     b->link_next = NULL;
-    b->link_prev = h->pending_tail;
-    if (h->pending_tail)
-        h->pending_tail->link_next = b;
-    else
-        h->pending_head = b;
+    b->link_pprev = h->pending_tail ? &h->pending_tail->link_next : &h->pending_head;
+    *b->link_pprev = b;
     h->pending_tail = b;
 }
 
 static void pending_unlink(struct heap *h, struct block *b)
 {
-    if (b->link_prev)
-        b->link_prev->link_next = b->link_next;
-    else
-        h->pending_head = b->link_next;
+    *b->link_pprev = b->link_next;
     if (b->link_next)
-        b->link_next->link_prev = b->link_prev;
-    else
-        h->pending_tail = b->link_prev;
-    b->link_prev = b->link_next = NULL;
+        b->link_next->link_pprev = b->link_pprev;
+    else /* it was the tail: the block before it is the new one, if there is one */
+        h->pending_tail = b->link_pprev == &h->pending_head
+                              ? NULL
+                              : (struct block *)((char *)b->link_pprev - offsetof(struct block, link_next));
+    b->link_next = NULL;
+    b->link_pprev = NULL;
 }
 
 /* A PENDING block with nothing left holding it becomes FREE. */
@@ -173,7 +169,7 @@ static bool finish_if_done(struct heap *h, struct block *b)
     pending_unlink(h, b);
     h->stats.num_pending_drained++;
     HISTORY_EVENT(h->owner, TIDE_EVENT_FREE_COMPLETED, h->stream, b->addr + h->owner->guard, b->size);
-    ptr_map_remove(&h->map, b->addr);
+    ptr_map_remove(&h->map, b);
     enum pool_kind pool = b->seg->pool;
     int64_t size = (int64_t)b->size;
     stats_pending_to_free(&h->stats, pool, size, (int64_t)heap_make_free(h, b));
@@ -217,7 +213,7 @@ tide_status lifecycle_free(struct heap *h, struct block *b)
     /* one slot for both: requested, and completed at once */
     HISTORY_EVENT(h->owner, TIDE_EVENT_FREE_REQUESTED | HISTORY_COMPLETED_AT_ONCE, h->stream,
                   b->addr + h->owner->guard, b->size);
-    ptr_map_remove(&h->map, b->addr);
+    ptr_map_remove(&h->map, b);
     stats_active_to_free(&h->stats, pool, size, requested, (int64_t)heap_make_free(h, b));
     return TIDE_OK;
 }

@@ -122,7 +122,7 @@ static void test_detects_active_block_missing_from_pointer_map(void)
     struct scene s;
     scene_open(&s);
     struct block *b = block_of(&s, s.b);
-    ptr_map_remove(&s.h->map, b->addr);
+    ptr_map_remove(&s.h->map, b);
     expect_corrupt(&s, "not in the pointer map");
     CHECK_OK(ptr_map_insert(&s.h->map, b));
     scene_close(&s);
