@@ -139,6 +139,12 @@ void micro(Allocators &a, int reps)
     for (int row = 0; row < 7; row++)
         printf("| %s | %.1f | %.1f | %.1f | %.1fx | %.1fx |\n", patterns[row], result[row][0], result[row][1],
                result[row][2], result[row][1] / result[row][0], result[row][2] / result[row][0]);
+    int cpus[64];
+    int pinned = bench_pin_cpus(cpus, 64);
+    if (pinned)
+        printf("\nthreads pinned, one per physical core (BENCH_PIN=1; %d cores found)", pinned);
+    else
+        printf("\nthreads placed by the scheduler (BENCH_PIN=1 pins them, one per physical core)");
     printf("\nthroughput with 8 threads on 8 streams, as a multiple of one thread's: tidepool %.2fx, "
            "PyTorch %.2fx, cudaMallocAsync %.2fx\n",
            result[3][0] / result[6][0], result[3][1] / result[6][1], result[3][2] / result[6][2]);

@@ -19,7 +19,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 struct bench_allocator {
     const char *name;
@@ -68,6 +72,64 @@ static inline double bench_same_size(const struct bench_allocator *a, size_t siz
     return (bench_now() - t0) * 1e9 / (double)pairs;
 }
 
+/* BENCH_PIN=1: each thread of the threaded pattern runs on its own physical core (the first CPU of
+ * each core, from sysfs), so that two threads never share a core's two hardware threads. Where the
+ * scheduler places threads on SMT siblings, throughput measures the core's sharing, not the allocator's.
+ * Returns the number of cores found (0: not pinning). */
+static inline int bench_pin_cpus(int *cpus, int cap)
+{
+#ifdef __linux__
+    const char *pin = getenv("BENCH_PIN");
+    if (!pin || strcmp(pin, "1") != 0)
+        return 0;
+    int n = 0;
+    long seen[256];
+    for (int cpu = 0; cpu < 1024 && n < cap && n < 256; cpu++) {
+        char path[128];
+        long core = -1, package = -1;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/core_id", cpu);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            break;
+        if (fscanf(f, "%ld", &core) != 1)
+            core = -1;
+        fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu);
+        if ((f = fopen(path, "r"))) {
+            if (fscanf(f, "%ld", &package) != 1)
+                package = -1;
+            fclose(f);
+        }
+        long key = package * 100000 + core;
+        int dup = 0;
+        for (int i = 0; i < n; i++)
+            dup |= seen[i] == key;
+        if (!dup) {
+            seen[n] = key;
+            cpus[n++] = cpu;
+        }
+    }
+    return n;
+#else
+    (void)cpus;
+    (void)cap;
+    return 0;
+#endif
+}
+
+static inline void bench_pin_self(int cpu)
+{
+#ifdef __linux__
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0)
+        perror("sched_setaffinity");
+#else
+    (void)cpu;
+#endif
+}
+
 struct bench_random_args {
     const struct bench_allocator *a;
     size_t lo, hi, pairs;
@@ -76,6 +138,7 @@ struct bench_random_args {
     uintptr_t stream;
     double ns_per_pair;
     pthread_barrier_t *start, *stop; /* threaded runs: everyone starts and stops timing together */
+    int cpu;                         /* BENCH_PIN: the CPU this thread runs on; -1: anywhere */
 };
 
 /* Keeps `live` blocks; each step frees a random one and allocates a new random size in its place.
@@ -84,6 +147,8 @@ static inline void *bench_random_run(void *p)
 {
     struct bench_random_args *r = (struct bench_random_args *)p;
     const struct bench_allocator *a = r->a;
+    if (r->cpu >= 0)
+        bench_pin_self(r->cpu);
     size_t *sizes = bench_sizes(r->pairs + (size_t)r->live, r->lo, r->hi, r->seed);
     uint64_t pick = r->seed ^ 0x5555;
     size_t *victims = (size_t *)malloc(r->pairs * sizeof *victims);
@@ -121,7 +186,7 @@ static inline void *bench_random_run(void *p)
 static inline double bench_random(const struct bench_allocator *a, size_t lo, size_t hi, int live,
                                   size_t pairs, uintptr_t stream)
 {
-    struct bench_random_args r = {a, lo, hi, pairs, live, 42, stream, 0, NULL, NULL};
+    struct bench_random_args r = {a, lo, hi, pairs, live, 42, stream, 0, NULL, NULL, -1};
     bench_random_run(&r);
     return r.ns_per_pair;
 }
@@ -136,9 +201,11 @@ static inline double bench_threads(const struct bench_allocator *a, int threads,
     pthread_barrier_t start, stop;
     pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
     pthread_barrier_init(&stop, NULL, (unsigned)threads + 1);
+    int cpus[64];
+    int ncpus = bench_pin_cpus(cpus, 64);
     for (int i = 0; i < threads; i++) {
         args[i] = (struct bench_random_args){a, 256, 4u << 20, pairs_per_thread, 64, 1000 + (uint64_t)i,
-                                             streams[i], 0, &start, &stop};
+                                             streams[i], 0, &start, &stop, i < ncpus ? cpus[i] : -1};
         pthread_create(&th[i], NULL, bench_random_run, &args[i]);
     }
     pthread_barrier_wait(&start);

@@ -6,6 +6,7 @@
  * (The GPU version, `gpu_bench micro` in bench/gpu_bench.cpp, runs the same patterns against
  * PyTorch's allocator and cudaMallocAsync in one process.)
  */
+#define _GNU_SOURCE /* sched_setaffinity, for BENCH_PIN=1 */
 #include "micro_patterns.h"
 #include "tidepool.h"
 
