@@ -119,7 +119,7 @@ static inline int bench_pin_cpus(int *cpus, int cap)
 
 static inline void bench_pin_self(int cpu)
 {
-#ifdef __linux__
+#if defined(__linux__) && defined(CPU_ZERO) /* CPU_ZERO needs _GNU_SOURCE */
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
