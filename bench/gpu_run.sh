@@ -29,6 +29,7 @@ echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || e
 
 build() {
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    lscpu | grep -E "^Model name|^CPU\(s\)|^Thread|^L2|^L3" | tr -s ' '
     python3 -c 'import torch, cupy; print("torch", torch.__version__, "cuda", torch.version.cuda, "cupy", cupy.__version__)'
     cmake -S . -B $BUILD -DCMAKE_BUILD_TYPE=Release -DTIDE_WERROR=ON >/dev/null &&
         cmake --build $BUILD -j "$(nproc)" 2>&1 | grep -E "error|warning|Error" ; true
@@ -76,7 +77,7 @@ bench)
     build
     bench/build_gpu_bench.sh $BUILD || exit 1
     echo "== micro: tidepool, PyTorch's allocator and cudaMallocAsync in one process"
-    $BUILD/gpu_bench micro 3 | tee "$OUT/micro.md"
+    $BUILD/gpu_bench micro 5 | tee "$OUT/micro.md"
     echo "== replay: every shipped trace, in one process (PyTorch with expandable segments in a second)"
     $BUILD/gpu_bench replay traces/*.csv.gz | tee "$OUT/replay.md"
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $BUILD/gpu_bench replay --only torch traces/*.csv.gz \
