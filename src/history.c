@@ -157,11 +157,13 @@ __attribute__((noinline)) static void record_stack(struct history *hist, size_t 
 #endif
 }
 
-void history_record(struct history *hist, uint32_t kind, tide_stream stream, uint64_t addr,
-                    uint64_t size, const char *tag)
+/* Records one event in the next slot this thread claimed; claims a chunk first if it has none left.
+ * The first and the last event of a chunk carry the time. */
+__attribute__((noinline)) static void record_in_full(struct history *hist, uint32_t kind, tide_stream stream,
+                                                     uint64_t addr, uint64_t size, const char *tag)
 {
     bool first = false;
-    if (__builtin_expect(claimed.id != hist->id || claimed.next == claimed.end, 0)) {
+    if (claimed.id != hist->id || claimed.next == claimed.end) {
         claimed.id = hist->id;
         claimed.next = atomic_fetch_add_explicit(&hist->next_seq, hist->chunk, memory_order_relaxed);
         claimed.end = claimed.next + hist->chunk;
@@ -172,7 +174,6 @@ void history_record(struct history *hist, uint32_t kind, tide_stream stream, uin
     struct slot *slot = &hist->slots[index];
     atomic_store_explicit(&slot->seq_plus_one, 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    /* A chunk's first and last events carry the time; those between are placed between them. */
     slot->time_ns = first || claimed.next == claimed.end ? monotonic_ns() : 0;
     slot->kind = kind;
     slot->stream = stream;
@@ -182,6 +183,29 @@ void history_record(struct history *hist, uint32_t kind, tide_stream stream, uin
     slot->nframes = 0;
     if (hist->frames)
         record_stack(hist, index, slot);
+    atomic_store_explicit(&slot->seq_plus_one, seq + 1, memory_order_release);
+}
+
+/* The common case, an event between a chunk's first and last without a stack, makes no call, so it
+ * saves no registers: the rest goes to record_in_full as a tail call. */
+void history_record(struct history *hist, uint32_t kind, tide_stream stream, uint64_t addr,
+                    uint64_t size, const char *tag)
+{
+    if (__builtin_expect(claimed.id != hist->id || claimed.end - claimed.next <= 1 || hist->frames, 0)) {
+        record_in_full(hist, kind, stream, addr, size, tag);
+        return;
+    }
+    uint64_t seq = claimed.next++;
+    struct slot *slot = &hist->slots[(size_t)seq & (hist->capacity - 1)];
+    atomic_store_explicit(&slot->seq_plus_one, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    slot->time_ns = 0; /* placed in time between its chunk's first and last events */
+    slot->kind = kind;
+    slot->stream = stream;
+    slot->addr = addr;
+    slot->size = size;
+    slot->tag = tag;
+    slot->nframes = 0;
     atomic_store_explicit(&slot->seq_plus_one, seq + 1, memory_order_release);
 }
 
