@@ -2,7 +2,8 @@
 //
 //   gpu_bench micro [reps]           the micro patterns (bench/micro_patterns.h), ns per alloc+free pair
 //   gpu_bench replay TRACE...        each trace replayed through each allocator: ns per operation,
-//                                    peak reserved, peak reserved / peak live
+//                                    peak reserved, peak reserved / peak live. The cold pass carries
+//                                    out the trace's empty_cache lines; the warm passes skip them
 //   gpu_bench replay --only NAME TRACE...    only one allocator: tidepool, pytorch or cudaMallocAsync
 //                                    (run it with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or
 //                                    TIDEPOOL_CONF=expandable_segments:True, for those variants)
@@ -190,7 +191,11 @@ void empty_cache(Allocators &a, const bench_allocator *al)
         CUDA_OK(cudaMemPoolTrimTo(a.pool, 0));
 }
 
-double replay_once(Allocators &a, const bench_allocator *al, const trace &t, uintptr_t stream)
+// One pass over the trace. Its empty_cache lines are carried out only when asked: in the cold pass,
+// which they shape (the peak); in the warm passes they would time the driver freeing and reserving the
+// whole cache again, the same for every allocator, rather than the allocator with its cache kept.
+double replay_once(Allocators &a, const bench_allocator *al, const trace &t, uintptr_t stream,
+                   bool with_empty_cache)
 {
     std::vector<void *> ptr(t.nallocs, nullptr);
     std::vector<size_t> size(t.nallocs, 0);
@@ -201,7 +206,8 @@ double replay_once(Allocators &a, const bench_allocator *al, const trace &t, uin
             size[op.id] = op.size;
             ptr[op.id] = al->alloc(al->ctx, op.size, stream);
         } else if (op.kind == TRACE_EMPTY_CACHE) {
-            empty_cache(a, al);
+            if (with_empty_cache)
+                empty_cache(a, al);
         } else {
             al->free(al->ctx, ptr[op.id], size[op.id], stream);
             ptr[op.id] = nullptr;
@@ -227,7 +233,7 @@ ReplayResult replay_cold(Allocators &a, const bench_allocator *al, const trace &
         CUDA_OK(cudaMemPoolSetAttribute(a.pool, cudaMemPoolAttrReservedMemHigh, &zero));
     }
     ReplayResult r{};
-    r.cold_ns_per_op = replay_once(a, al, t, 0);
+    r.cold_ns_per_op = replay_once(a, al, t, 0, true);
     CUDA_OK(cudaDeviceSynchronize());
     if (al == &a.tidepool) {
         tide_stats s;
@@ -253,7 +259,7 @@ void replay_all(Allocators &a, const std::vector<const bench_allocator *> &which
     std::vector<std::vector<double>> times(which.size());
     for (int r = 0; r < rounds; r++)
         for (size_t k = 0; k < which.size(); k++)
-            times[k].push_back(replay_once(a, which[k], t, 0));
+            times[k].push_back(replay_once(a, which[k], t, 0, false));
     CUDA_OK(cudaDeviceSynchronize());
     for (size_t k = 0; k < which.size(); k++) {
         out[k].warm_best_ns_per_op = *std::min_element(times[k].begin(), times[k].end());
