@@ -382,31 +382,27 @@ static bool wholly_free(const struct segment *seg)
     return seg->first && seg->first->state == BLOCK_FREE && seg->first->size == seg->size;
 }
 
+/* A run's pages enter or leave the pool's statistics (around a change of the run). Its blocks stay
+ * counted as they are (ACTIVE, PENDING), so between the two calls the derived statistics are off by
+ * the run; they are checked for a peak only once the run is counted again. */
 static void run_stats(struct heap *h, struct segment *seg, bool adding)
 {
-    int64_t size = (int64_t)seg->size, free_bytes = 0;
-    for (const struct block *b = seg->first; b; b = b->next)
-        if (b->state == BLOCK_FREE)
-            free_bytes += (int64_t)b->size;
+    int64_t size = (int64_t)seg->size;
     bool whole = wholly_free(seg);
     enum pool_kind pool = (enum pool_kind)seg->pool; /* BOTH's argument must be called pool */
     BOTH(&h->stats, pool, p, {
         if (adding) {
             rise(&p->reserved, size);
             rise(&p->segment, 1);
-            rise(&p->cached, free_bytes);
             if (whole)
                 p->idle += size;
-            else
-                rise(&p->inactive_split, free_bytes);
+            peak_at_least(&p->cached_peak, pool_cached(p));
+            peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
         } else {
             fall(&p->reserved, size);
             fall(&p->segment, 1);
-            fall(&p->cached, free_bytes);
             if (whole)
                 p->idle -= size;
-            else
-                fall(&p->inactive_split, free_bytes);
         }
     });
 }

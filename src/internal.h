@@ -250,20 +250,30 @@ const char *format_bytes(uint64_t bytes, char buf[32]);
 struct counter {
     int64_t cur, peak;
 };
-/* Every counter here is kept exactly, derived ones too (active = allocated + pending, cached = FREE
- * bytes, inactive_split = FREE bytes outside wholly free segments), so that each peak is a value the
- * statistic really had between two operations. Each event updates every counter it moves once, and
- * checks a peak only where the counter can rise. */
+/* Every statistic is exact, so that each peak is a value the statistic really had between two
+ * operations. Seven are counted; three follow from them and are computed when read (pool_active and
+ * the two below), which spares the fast path their updates: only their peaks are kept, checked
+ * wherever they can rise. Each event updates every counter it moves once, and checks a peak only
+ * where the value can rise. */
 struct pool_stats {
-    struct counter reserved, allocated, requested, pending, active, cached, inactive_split;
+    struct counter reserved, allocated, requested, pending;
     struct counter allocation, segment, pending_blocks;
     int64_t idle;                     /* bytes in wholly free segments (the releasable cache) */
+    int64_t active_peak, cached_peak, inactive_split_peak;
 };
 struct heap_stats {
     struct pool_stats pool[TIDE_POOL_COUNT];   /* indexed by TIDE_POOL_ALL / _SMALL / _LARGE */
     uint64_t num_pending_drained;
     uint64_t num_fence_errors;
 };
+/* Bytes of ACTIVE and PENDING blocks; of FREE blocks (the cache); of FREE blocks outside wholly free
+ * segments (the split cache, which releasing segments cannot give back). */
+static inline int64_t pool_active(const struct pool_stats *p) { return p->allocated.cur + p->pending.cur; }
+static inline int64_t pool_cached(const struct pool_stats *p)
+{
+    return p->reserved.cur - p->allocated.cur - p->pending.cur;
+}
+static inline int64_t pool_inactive_split(const struct pool_stats *p) { return pool_cached(p) - p->idle; }
 /* The events (below). Sizes are the block's; idle_segment is the size of the wholly free segment the
  * block came from (take) or that became wholly free once it was merged (to_free), else 0. They are
  * inline: they run on every tide_malloc and tide_free. */
@@ -283,22 +293,22 @@ static inline void rise(struct counter *c, int64_t d)
 
 static inline void fall(struct counter *c, int64_t d) { c->cur -= d; }
 
-/* FREE bytes changed by `freed` (negative when taken) in a segment that was, or now is, wholly free
- * (idle_segment bytes) or neither (0): how the releasable and the split cache move. */
-static inline void cache_moves(struct pool_stats *p, int64_t freed, int64_t idle_segment, bool taking)
+static inline void peak_at_least(int64_t *peak, int64_t value)
 {
-    if (!idle_segment) {
-        if (freed > 0)
-            rise(&p->inactive_split, freed);
-        else
-            fall(&p->inactive_split, -freed);
-    } else if (taking) { /* a wholly free segment is split: what stays FREE is split cache now */
-        p->idle -= idle_segment;
-        rise(&p->inactive_split, idle_segment + freed);
-    } else { /* the segment's other FREE bytes leave the split cache with it */
+    if (value > *peak)
+        *peak = value;
+}
+
+/* FREE bytes were added to the cache (a free, a drained pending block) in a segment that is now wholly
+ * free (idle_segment bytes) or not (0). The split cache rises, unless the segment became wholly free:
+ * then its FREE bytes become releasable cache, and the split cache falls. */
+static inline void cache_gained(struct pool_stats *p, int64_t idle_segment)
+{
+    peak_at_least(&p->cached_peak, pool_cached(p));
+    if (idle_segment)
         p->idle += idle_segment;
-        fall(&p->inactive_split, idle_segment - freed);
-    }
+    else
+        peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
 }
 
 #define BOTH(s, pool, p, body)                                                                     \
@@ -316,9 +326,11 @@ static inline void stats_take(struct heap_stats *s, enum pool_kind pool, int64_t
         rise(&p->allocated, size);
         rise(&p->requested, requested);
         rise(&p->allocation, 1);
-        rise(&p->active, size);
-        fall(&p->cached, size);
-        cache_moves(p, -size, idle_segment, true);
+        peak_at_least(&p->active_peak, pool_active(p));
+        if (idle_segment) { /* a wholly free segment is split: what stays FREE is split cache now */
+            p->idle -= idle_segment;
+            peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
+        }
     });
 }
 
@@ -329,9 +341,7 @@ static inline void stats_active_to_free(struct heap_stats *s, enum pool_kind poo
         fall(&p->allocated, size);
         fall(&p->requested, requested);
         fall(&p->allocation, 1);
-        fall(&p->active, size);
-        rise(&p->cached, size);
-        cache_moves(p, size, idle_segment, false);
+        cache_gained(p, idle_segment);
     });
 }
 
@@ -351,9 +361,7 @@ static inline void stats_pending_to_free(struct heap_stats *s, enum pool_kind po
     BOTH(s, pool, p, {
         fall(&p->pending, size);
         fall(&p->pending_blocks, 1);
-        fall(&p->active, size);
-        rise(&p->cached, size);
-        cache_moves(p, size, idle_segment, false);
+        cache_gained(p, idle_segment);
     });
 }
 
@@ -362,8 +370,8 @@ static inline void stats_segment_added(struct heap_stats *s, enum pool_kind pool
     BOTH(s, pool, p, {
         rise(&p->reserved, size);
         rise(&p->segment, 1);
-        rise(&p->cached, size);
         p->idle += size;
+        peak_at_least(&p->cached_peak, pool_cached(p));
     });
 }
 
@@ -372,7 +380,6 @@ static inline void stats_segment_removed(struct heap_stats *s, enum pool_kind po
     BOTH(s, pool, p, {
         fall(&p->reserved, size);
         fall(&p->segment, 1);
-        fall(&p->cached, size);
         p->idle -= size;
     });
 }

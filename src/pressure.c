@@ -353,7 +353,7 @@ static struct where where_is_memory(tide_allocator *t)
         const struct pool_stats *p = &h->stats.pool[TIDE_POOL_ALL];
         w.allocated += p->allocated.cur;
         w.pending += p->pending.cur;
-        w.cached += p->cached.cur;
+        w.cached += pool_cached(p);
         w.idle += p->idle;
         heap_unlock(h);
     }

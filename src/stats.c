@@ -13,11 +13,13 @@ void heap_stats_reset_peaks(struct heap_stats *s)
 {
     for (int i = 0; i < TIDE_POOL_COUNT; i++) {
         struct pool_stats *p = &s->pool[i];
-        struct counter *all[] = {&p->reserved, &p->allocated, &p->requested, &p->pending, &p->active,
-                                 &p->cached, &p->inactive_split, &p->allocation, &p->segment,
-                                 &p->pending_blocks};
+        struct counter *all[] = {&p->reserved, &p->allocated, &p->requested, &p->pending,
+                                 &p->allocation, &p->segment, &p->pending_blocks};
         for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
             reset_counter(all[k]);
+        p->active_peak = pool_active(p);
+        p->cached_peak = pool_cached(p);
+        p->inactive_split_peak = pool_inactive_split(p);
     }
 }
 
@@ -41,10 +43,10 @@ void stats_collect_locked(tide_allocator *t, tide_stats *out)
             add_stat(&s.reserved_bytes[k], p->reserved.cur, p->reserved.peak);
             add_stat(&s.allocated_bytes[k], p->allocated.cur, p->allocated.peak);
             add_stat(&s.requested_bytes[k], p->requested.cur, p->requested.peak);
-            add_stat(&s.active_bytes[k], p->active.cur, p->active.peak);
+            add_stat(&s.active_bytes[k], pool_active(p), p->active_peak);
             add_stat(&s.pending_free_bytes[k], p->pending.cur, p->pending.peak);
-            add_stat(&s.cached_bytes[k], p->cached.cur, p->cached.peak);
-            add_stat(&s.inactive_split_bytes[k], p->inactive_split.cur, p->inactive_split.peak);
+            add_stat(&s.cached_bytes[k], pool_cached(p), p->cached_peak);
+            add_stat(&s.inactive_split_bytes[k], pool_inactive_split(p), p->inactive_split_peak);
             add_stat(&s.allocation[k], p->allocation.cur, p->allocation.peak);
             add_stat(&s.segment[k], p->segment.cur, p->segment.peak);
             add_stat(&s.pending_free_blocks[k], p->pending_blocks.cur, p->pending_blocks.peak);
