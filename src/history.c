@@ -30,24 +30,39 @@
 #define TAG_MAX 64
 #define CHUNK 16 /* slots a thread claims at once, unless TIDE_HISTORY_ORDERED */
 
-/* One recorded event, compact (the public tide_event carries the stack inline; here it lives apart,
- * only when stacks are recorded). A free that completes at once is one slot (COMPLETED_AT_ONCE), read
- * back as two events. */
+/* One recorded event in 32 bytes, two to a cache line: the ring is written at every allocation and
+ * free, and each line it moves on to is a write miss. What most events lack lives beside the ring,
+ * at the slot's index, written only when there is one: the time (a chunk's first and last events), the
+ * tag, the stack. A free that completes at once is one slot (COMPLETED_AT_ONCE), read back as two
+ * events. */
 #define COMPLETED_AT_ONCE HISTORY_COMPLETED_AT_ONCE
 struct slot {
     _Atomic(uint64_t) seq_plus_one;   /* 0 while empty or being written */
-    uint64_t time_ns;                 /* at the first and the last event of a chunk; else 0 */
-    uint64_t addr, size;
+    uint64_t addr;
+    uint64_t packed;                  /* the size, the kind and what lives beside (PACK_ below) */
     tide_stream stream;
-    const char *tag;
-    uint32_t kind;                    /* tide_event_kind, | COMPLETED_AT_ONCE */
-    uint32_t nframes;
 };
+_Static_assert(sizeof(struct slot) == 32, "two slots to a cache line");
+#define PACK_SIZE_BITS 48             /* sizes up to 256 TiB; larger ones are recorded as that */
+#define PACK_KIND_SHIFT 48            /* 8 bits: tide_event_kind */
+#define PACK_AT_ONCE (1ull << 56)     /* FREE_REQUESTED whose free completed in the same call */
+#define PACK_TIMED (1ull << 57)       /* times[index] holds its time */
+#define PACK_TAGGED (1ull << 58)      /* tags[index] holds its tag */
+#define PACK_FRAMES_SHIFT 59          /* 5 bits: frames recorded, at most TIDE_HISTORY_MAX_FRAMES */
+
+static inline uint64_t pack(uint32_t kind, uint64_t size, const char *tag)
+{
+    uint64_t max = (1ull << PACK_SIZE_BITS) - 1;
+    return (size < max ? size : max) | (uint64_t)(kind & 0xFFu) << PACK_KIND_SHIFT |
+           (kind & COMPLETED_AT_ONCE ? PACK_AT_ONCE : 0) | (tag ? PACK_TAGGED : 0);
+}
 
 struct history {
     struct history *next;             /* the allocator's list of rings */
     uint64_t id;                      /* unique in the process: a thread's claimed chunk names it */
     struct slot *slots;
+    uint64_t *times;                  /* per slot, written for a chunk's first and last events */
+    const char **tags;                /* per slot, written for tagged events */
     void **frames;                    /* TIDE_HISTORY_MAX_FRAMES per slot, with TIDE_HISTORY_STACKS */
     size_t capacity;
     unsigned flags;
@@ -139,8 +154,8 @@ static _Thread_local struct {
 } claimed;
 
 /* Apart from history_record, so that its stack frame (and the frame array's stack protector) is paid
- * only when stacks are asked for. */
-__attribute__((noinline)) static void record_stack(struct history *hist, size_t index, struct slot *slot)
+ * only when stacks are asked for. Returns the number of frames recorded at index. */
+__attribute__((noinline)) static uint64_t record_stack(struct history *hist, size_t index)
 {
 #if defined(__GLIBC__)
     void *frames[TIDE_HISTORY_MAX_FRAMES + 4];
@@ -148,12 +163,13 @@ __attribute__((noinline)) static void record_stack(struct history *hist, size_t 
     /* Leave out this function, history_record and the tidepool call that recorded: the caller's stack
      * remains. */
     int skip = n > 3 ? 3 : 0;
-    slot->nframes = (uint32_t)(n - skip > TIDE_HISTORY_MAX_FRAMES ? TIDE_HISTORY_MAX_FRAMES : n - skip);
-    memcpy(&hist->frames[index * TIDE_HISTORY_MAX_FRAMES], frames + skip, slot->nframes * sizeof *frames);
+    int kept = n - skip > TIDE_HISTORY_MAX_FRAMES ? TIDE_HISTORY_MAX_FRAMES : n - skip;
+    memcpy(&hist->frames[index * TIDE_HISTORY_MAX_FRAMES], frames + skip, (size_t)kept * sizeof *frames);
+    return (uint64_t)kept;
 #else
     (void)hist;
     (void)index;
-    (void)slot;
+    return 0;
 #endif
 }
 
@@ -174,24 +190,28 @@ __attribute__((noinline)) static void record_in_full(struct history *hist, uint3
     struct slot *slot = &hist->slots[index];
     atomic_store_explicit(&slot->seq_plus_one, 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    slot->time_ns = first || claimed.next == claimed.end ? monotonic_ns() : 0;
-    slot->kind = kind;
-    slot->stream = stream;
-    slot->addr = addr;
-    slot->size = size;
-    slot->tag = tag;
-    slot->nframes = 0;
+    uint64_t packed = pack(kind, size, tag);
+    if (first || claimed.next == claimed.end) {
+        hist->times[index] = monotonic_ns();
+        packed |= PACK_TIMED;
+    }
+    if (tag)
+        hist->tags[index] = tag;
     if (hist->frames)
-        record_stack(hist, index, slot);
+        packed |= record_stack(hist, index) << PACK_FRAMES_SHIFT;
+    slot->addr = addr;
+    slot->packed = packed;
+    slot->stream = stream;
     atomic_store_explicit(&slot->seq_plus_one, seq + 1, memory_order_release);
 }
 
-/* The common case, an event between a chunk's first and last without a stack, makes no call, so it
- * saves no registers: the rest goes to record_in_full as a tail call. */
+/* The common case, an untagged event between a chunk's first and last without a stack, makes no call,
+ * so it saves no registers: the rest goes to record_in_full as a tail call. */
 void history_record(struct history *hist, uint32_t kind, tide_stream stream, uint64_t addr,
                     uint64_t size, const char *tag)
 {
-    if (__builtin_expect(claimed.id != hist->id || claimed.end - claimed.next <= 1 || hist->frames, 0)) {
+    if (__builtin_expect(claimed.id != hist->id || claimed.end - claimed.next <= 1 || hist->frames || tag,
+                         0)) {
         record_in_full(hist, kind, stream, addr, size, tag);
         return;
     }
@@ -199,13 +219,9 @@ void history_record(struct history *hist, uint32_t kind, tide_stream stream, uin
     struct slot *slot = &hist->slots[(size_t)seq & (hist->capacity - 1)];
     atomic_store_explicit(&slot->seq_plus_one, 0, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    slot->time_ns = 0; /* placed in time between its chunk's first and last events */
-    slot->kind = kind;
-    slot->stream = stream;
     slot->addr = addr;
-    slot->size = size;
-    slot->tag = tag;
-    slot->nframes = 0;
+    slot->packed = pack(kind, size, NULL); /* placed in time between its chunk's first and last events */
+    slot->stream = stream;
     atomic_store_explicit(&slot->seq_plus_one, seq + 1, memory_order_release);
 }
 
@@ -234,19 +250,27 @@ tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flag
     capacity = rounded;
     struct history *hist = calloc(1, sizeof *hist);
     struct slot *slots = hist ? malloc(capacity * sizeof *slots) : NULL;
-    void **frames = slots && (flags & TIDE_HISTORY_STACKS)
+    uint64_t *times = slots ? malloc(capacity * sizeof *times) : NULL;
+    const char **tags = times ? malloc(capacity * sizeof *tags) : NULL;
+    void **frames = tags && (flags & TIDE_HISTORY_STACKS)
                         ? malloc(capacity * TIDE_HISTORY_MAX_FRAMES * sizeof *frames) : NULL;
-    if (!slots || ((flags & TIDE_HISTORY_STACKS) && !frames)) {
+    if (!tags || ((flags & TIDE_HISTORY_STACKS) && !frames)) {
+        free(tags);
+        free(times);
         free(slots);
         free(hist);
         return tide__fail(TIDE_EHOSTMEM, "tide_history_start: no host memory for %zu events", capacity);
     }
     /* Touched now, so that no event pays for a page fault later. */
     memset(slots, 0, capacity * sizeof *slots);
+    memset(times, 0, capacity * sizeof *times);
+    memset(tags, 0, capacity * sizeof *tags);
     if (frames)
         memset(frames, 0, capacity * TIDE_HISTORY_MAX_FRAMES * sizeof *frames);
     hist->frames = frames;
     hist->slots = slots;
+    hist->times = times;
+    hist->tags = tags;
     hist->capacity = capacity;
     hist->flags = flags;
     hist->chunk = flags & TIDE_HISTORY_ORDERED ? 1 : CHUNK;
@@ -322,25 +346,26 @@ tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, si
         struct slot *slot = &hist->slots[index];
         if (atomic_load_explicit(&slot->seq_plus_one, memory_order_acquire) != seq + 1)
             continue; /* being written, or overwritten already */
-        struct slot copy;
-        memcpy((char *)&copy + sizeof copy.seq_plus_one, (char *)slot + sizeof slot->seq_plus_one,
-               sizeof copy - sizeof copy.seq_plus_one);
+        uint64_t addr = slot->addr, packed = slot->packed;
+        tide_stream stream = slot->stream;
         tide_event *e = &out[n];
-        e->nframes = copy.nframes <= TIDE_HISTORY_MAX_FRAMES ? copy.nframes : 0;
+        e->time_ns = packed & PACK_TIMED ? hist->times[index] : 0; /* else placed below */
+        e->tag = packed & PACK_TAGGED ? hist->tags[index] : NULL;
+        e->nframes = (uint32_t)(packed >> PACK_FRAMES_SHIFT);
+        if (e->nframes > TIDE_HISTORY_MAX_FRAMES || !hist->frames)
+            e->nframes = 0;
         if (e->nframes)
             memcpy(e->frames, &hist->frames[index * TIDE_HISTORY_MAX_FRAMES], e->nframes * sizeof *e->frames);
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load_explicit(&slot->seq_plus_one, memory_order_relaxed) != seq + 1)
             continue; /* overwritten while copied */
         e->seq = seq;
-        e->time_ns = copy.time_ns; /* 0 where the chunk's stamps are elsewhere (below) */
-        e->kind = copy.kind & ~COMPLETED_AT_ONCE;
-        e->stream = copy.stream;
-        e->addr = copy.addr;
-        e->size = copy.size;
-        e->tag = copy.tag;
+        e->kind = (uint32_t)(packed >> PACK_KIND_SHIFT) & 0xFFu;
+        e->stream = stream;
+        e->addr = addr;
+        e->size = packed & ((1ull << PACK_SIZE_BITS) - 1);
         n++;
-        if ((copy.kind & COMPLETED_AT_ONCE) && n < cap) { /* the free's completion, the same moment */
+        if ((packed & PACK_AT_ONCE) && n < cap) { /* the free's completion, the same moment */
             out[n] = *e;
             out[n].kind = TIDE_EVENT_FREE_COMPLETED;
             out[n].nframes = 0;
@@ -382,6 +407,8 @@ void history_destroy_all(tide_allocator *t)
     while (t->histories) {
         struct history *next = t->histories->next;
         free(t->histories->frames);
+        free(t->histories->tags);
+        free(t->histories->times);
         free(t->histories->slots);
         free(t->histories);
         t->histories = next;
