@@ -74,6 +74,8 @@ static void check_block(struct checker *c, struct heap *h, struct segment *seg, 
         tl->allocation++;
         if (mapped != b)
             problem(c, "ACTIVE block 0x%llx is not in the pointer map", a);
+        else if (b->map_slot >= h->map.cap || h->map.slots[b->map_slot] != b)
+            problem(c, "ACTIVE block 0x%llx does not know its slot in the pointer map", a);
         if (b->fences || b->needs_sync)
             problem(c, "ACTIVE block 0x%llx has fences or a synchronize owed", a);
         if (b->requested == 0 || b->requested > b->size)
@@ -85,6 +87,8 @@ static void check_block(struct checker *c, struct heap *h, struct segment *seg, 
         tl->pending_blocks++;
         if (mapped != b)
             problem(c, "PENDING block 0x%llx is not in the pointer map", a);
+        else if (b->map_slot >= h->map.cap || h->map.slots[b->map_slot] != b)
+            problem(c, "PENDING block 0x%llx does not know its slot in the pointer map", a);
         if (!b->refs && !b->fences && !b->needs_sync)
             problem(c, "PENDING block 0x%llx has no reference, fence or synchronize holding it", a);
         break;

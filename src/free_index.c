@@ -106,7 +106,8 @@ struct block *free_index_find(const struct free_index *fi, size_t size, size_t o
      * fits among the first few. */
     struct block *best = NULL;
     unsigned seen = 0;
-    for (struct block *b = fi->heads[fl][sl]; b != fi->end && seen < TIDE_FIT_SCAN; b = b->link_next, seen++) {
+    for (struct block *b = fi->heads[fl][sl]; b != fi->end && seen < TIDE_FIT_SCAN;
+         b = b->link_next, seen++) {
         if (b->size < size || !acceptable(b, size, oversize_min))
             continue;
         if (b->size == size)
@@ -122,7 +123,8 @@ struct block *free_index_find(const struct free_index *fi, size_t size, size_t o
     if (!next_class(fi, fl, sl, &nfl, &nsl))
         return NULL;
     seen = 0;
-    for (struct block *b = fi->heads[nfl][nsl]; b != fi->end && seen < TIDE_FIT_SCAN; b = b->link_next, seen++)
+    for (struct block *b = fi->heads[nfl][nsl]; b != fi->end && seen < TIDE_FIT_SCAN;
+         b = b->link_next, seen++)
         if (acceptable(b, size, oversize_min))
             return b;
     return NULL;

@@ -128,6 +128,19 @@ static void test_detects_active_block_missing_from_pointer_map(void)
     scene_close(&s);
 }
 
+/* Removal goes straight to the slot a block remembers: a wrong one would unmap another block. */
+static void test_detects_block_with_wrong_map_slot(void)
+{
+    struct scene s;
+    scene_open(&s);
+    struct block *b = block_of(&s, s.b);
+    uint32_t slot = b->map_slot;
+    b->map_slot = (uint32_t)((slot + 1) & (s.h->map.cap - 1));
+    expect_corrupt(&s, "does not know its slot in the pointer map");
+    b->map_slot = slot;
+    scene_close(&s);
+}
+
 static void test_detects_pending_block_without_reason(void)
 {
     struct scene s;
@@ -208,6 +221,7 @@ int main(void)
     RUN(test_detects_free_block_missing_from_index);
     RUN(test_detects_unknown_state);
     RUN(test_detects_active_block_missing_from_pointer_map);
+    RUN(test_detects_block_with_wrong_map_slot);
     RUN(test_detects_pending_block_without_reason);
     RUN(test_detects_statistics_that_disagree_with_blocks);
     RUN(test_detects_segment_missing_from_segment_map);
