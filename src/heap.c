@@ -81,12 +81,11 @@ struct block *block_new(struct heap *h)
             h->spare_blocks = &c->blocks[i];
         }
     }
-    /* A spare struct's second line is clean (see struct block): set only the first. */
+    /* A spare struct holds nothing but stale links (see struct block): clear those only. */
     struct block *b = h->spare_blocks;
     h->spare_blocks = b->next;
     b->next = b->prev = b->link_next = NULL;
     b->link_pprev = NULL;
-    b->needs_sync = 0;
     return b;
 }
 
@@ -247,8 +246,7 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
     b->state = BLOCK_ACTIVE;
     b->tag = NULL; /* set by the history, if one is on */
     b->site = NULL;
-    b->requested = requested;
-    b->refs = 0;
+    b->requested = requested; /* refs, fences and uses are 0 already: it was FREE */
 
     stats_take(&h->stats, b->seg->pool, (int64_t)b->size, (int64_t)requested, idle_segment);
     return b;
