@@ -173,16 +173,10 @@ __attribute__((noinline)) static uint64_t record_stack(struct history *hist, siz
 #endif
 }
 
-/* A slot is written between these two: its number is 0 meanwhile, so a reader passes over it, and the
- * number goes back in last, once everything the event has (slot and side arrays) is written. */
-static inline struct slot *slot_open(struct history *hist, uint64_t seq)
-{
-    struct slot *slot = &hist->slots[(size_t)seq & (hist->capacity - 1)];
-    atomic_store_explicit(&slot->seq_plus_one, 0, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    return slot;
-}
-
+/* A slot is written with its number at 0, so that a reader passes over it meanwhile: each writer
+ * zeroes it and fences (written out in each, as GCC rejects a fence under ThreadSanitizer once it is
+ * inlined from a helper), then slot_close puts the number back last, once everything the event has
+ * (slot and side arrays) is written. */
 static inline void slot_close(struct slot *slot, uint64_t seq, uint64_t addr, uint64_t packed,
                               tide_stream stream)
 {
@@ -206,7 +200,9 @@ __attribute__((noinline)) static void record_in_full(struct history *hist, uint3
     }
     uint64_t seq = claimed.next++;
     size_t index = (size_t)seq & (hist->capacity - 1);
-    struct slot *slot = slot_open(hist, seq);
+    struct slot *slot = &hist->slots[index];
+    atomic_store_explicit(&slot->seq_plus_one, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
     uint64_t packed = pack(kind, size, tag);
     if (first || claimed.next == claimed.end) {
         hist->times[index] = monotonic_ns();
@@ -230,8 +226,11 @@ void history_record(struct history *hist, uint32_t kind, tide_stream stream, uin
         return;
     }
     uint64_t seq = claimed.next++;
+    struct slot *slot = &hist->slots[(size_t)seq & (hist->capacity - 1)];
+    atomic_store_explicit(&slot->seq_plus_one, 0, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
     /* no time of its own: placed between its chunk's first and last events when read */
-    slot_close(slot_open(hist, seq), seq, addr, pack(kind, size, NULL), stream);
+    slot_close(slot, seq, addr, pack(kind, size, NULL), stream);
 }
 
 void history_on_alloc(struct history *hist, tide_allocator *t, struct block *b, tide_stream stream,
