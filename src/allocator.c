@@ -81,12 +81,11 @@ static struct heap *heap_lookup(tide_allocator *t, tide_stream stream)
     }
 }
 
-static tide_status heap_for_stream(tide_allocator *t, tide_stream stream, struct heap **out)
+/* The table lookup, and the heap's creation on a stream's first use: out of line, so that the fast
+ * path below stays small. */
+__attribute__((noinline)) static tide_status heap_for_stream_slow(tide_allocator *t, tide_stream stream,
+                                                                  struct heap **out)
 {
-    if (last_heap.allocator_id == t->id && last_heap.stream == stream) {
-        *out = last_heap.heap;
-        return TIDE_OK;
-    }
     struct heap *h = heap_lookup(t, stream);
     if (!h) {
         pthread_mutex_lock(&t->heaps_lock);
@@ -117,6 +116,15 @@ static tide_status heap_for_stream(tide_allocator *t, tide_stream stream, struct
     last_heap.heap = h;
     *out = h;
     return TIDE_OK;
+}
+
+static inline tide_status heap_for_stream(tide_allocator *t, tide_stream stream, struct heap **out)
+{
+    if (last_heap.allocator_id == t->id && last_heap.stream == stream) {
+        *out = last_heap.heap;
+        return TIDE_OK;
+    }
+    return heap_for_stream_slow(t, stream, out);
 }
 
 /* ---- creation --------------------------------------------------------------------------------------- */
@@ -312,7 +320,7 @@ static const char *diagnose(struct heap *h, uintptr_t addr, const char *verb, ch
 
 /* Finds the ACTIVE or PENDING block at addr and returns with its heap locked, or fails with a message
  * and no lock held. */
-static tide_status locate(tide_allocator *t, uintptr_t user, const char *verb, struct heap **oh,
+__attribute__((noinline)) static tide_status locate(tide_allocator *t, uintptr_t user, const char *verb, struct heap **oh,
                           struct block **ob)
 {
     char msg[512];
@@ -347,7 +355,7 @@ static tide_status locate(tide_allocator *t, uintptr_t user, const char *verb, s
 /* What the device does to a block before its new owner gets it, in order on the block's stream:
  * zeroes it (scrub), then writes the canaries before and after the requested bytes (guard). If the
  * device fails, the block goes back to the cache and the allocation fails. */
-static tide_status prepare_block(tide_allocator *t, struct heap *h, struct block *b)
+__attribute__((noinline)) static tide_status prepare_block(tide_allocator *t, struct heap *h, struct block *b)
 {
     const tide_backend *be = &t->backend;
     uintptr_t user = b->addr + t->guard, end = b->addr + b->size;
@@ -371,7 +379,7 @@ static tide_status prepare_block(tide_allocator *t, struct heap *h, struct block
 }
 
 /* Checks a block's canaries (guard), waiting for its stream. TIDE_ECORRUPT says where it was broken. */
-static tide_status verify_guards(tide_allocator *t, void *ptr, uintptr_t addr, size_t size,
+__attribute__((noinline)) static tide_status verify_guards(tide_allocator *t, void *ptr, uintptr_t addr, size_t size,
                                  size_t requested, tide_stream stream)
 {
     const tide_backend *be = &t->backend;
@@ -397,6 +405,16 @@ static tide_status verify_guards(tide_allocator *t, void *ptr, uintptr_t addr, s
 
 /* ---- the public calls ------------------------------------------------------------------------------- */
 
+__attribute__((noinline, cold)) static tide_status refuse_size(const tide_allocator *t, size_t size)
+{
+    char a[32], b[32];
+    if (size == 0)
+        return tide__fail(TIDE_EINVAL, "tide_malloc: size 0; ask for at least 1 byte");
+    /* Out of memory, as the driver and the frameworks say, but no ladder can help: say so. */
+    return tide__fail(TIDE_ENOMEM, "out of memory: asked %s, more than the device's total memory (%s)",
+                      format_bytes(size, a), format_bytes(t->device_total, b));
+}
+
 tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out)
 {
     return allocator_malloc(t, size, stream, out, __builtin_return_address(0));
@@ -408,13 +426,8 @@ tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream,
     if (!out)
         return tide__fail(TIDE_EINVAL, "tide_malloc: out is NULL");
     *out = NULL;
-    char a[32], b_[32];
-    if (size == 0)
-        return tide__fail(TIDE_EINVAL, "tide_malloc: size 0; ask for at least 1 byte");
-    /* Out of memory, as the driver and the frameworks say, but no ladder can help: say so. */
-    if (size > t->device_total)
-        return tide__fail(TIDE_ENOMEM, "out of memory: asked %s, more than the device's total memory "
-                          "(%s)", format_bytes(size, a), format_bytes(t->device_total, b_));
+    if (size - 1 >= t->device_total) /* 0, or more than the device has: one test for both */
+        return refuse_size(t, size);
     size_t rounded = round_up(size, TIDE_UNIT) + 2 * t->guard;
     enum pool_kind pool = pool_for_size(t, rounded);
     struct heap *h;
@@ -443,6 +456,43 @@ tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream,
     return b ? TIDE_OK : s;
 }
 
+/* tide_free under guard:True: the canaries are checked first, which waits for the device, so not under
+ * the heap's lock (held on entry, released here). The block is looked up again after the check, as
+ * the program may (wrongly) free it from two threads at once. */
+__attribute__((noinline)) static tide_status free_with_guard(tide_allocator *t, void *ptr, struct heap *h,
+                                                             struct block *b)
+{
+    uintptr_t addr = b->addr;
+    size_t size = b->size, requested = b->requested;
+    tide_stream stream = h->stream;
+    heap_unlock(h);
+    char guard_message[512];
+    guard_message[0] = '\0';
+    tide_status guard = verify_guards(t, ptr, addr, size, requested, stream);
+    if (guard != TIDE_OK) /* kept: the free below may meet device errors it absorbs, which leave words */
+        snprintf(guard_message, sizeof guard_message, "%s", tide_last_error());
+    tide_status s = locate(t, (uintptr_t)ptr, "tide_free", &h, &b);
+    if (s != TIDE_OK)
+        return s;
+    if (b->state == BLOCK_PENDING) {
+        heap_unlock(h);
+        return tide__fail(TIDE_EINVAL, "tide_free of %p: freed twice at once", ptr);
+    }
+    s = lifecycle_free(h, b);
+    heap_unlock(h);
+    allocator_debug_check(t, 2, "tide_free");
+    if (s == TIDE_OK && guard != TIDE_OK)
+        return tide__fail(guard, "%s", guard_message);
+    return s;
+}
+
+__attribute__((noinline, cold)) static tide_status refuse_pending_free(struct heap *h, void *ptr)
+{
+    heap_unlock(h);
+    return tide__fail(TIDE_EINVAL, "tide_free of %p: a double free; it was freed already and is waiting "
+                      "for the device (pending free)", ptr);
+}
+
 tide_status tide_free(tide_allocator *t, void *ptr)
 {
     CHECK_ALLOCATOR(t);
@@ -463,38 +513,13 @@ tide_status tide_free(tide_allocator *t, void *ptr)
         if (s != TIDE_OK)
             return s;
     }
-    tide_status s;
-    if (b->state == BLOCK_PENDING) {
-        heap_unlock(h);
-        return tide__fail(TIDE_EINVAL, "tide_free of %p: a double free; it was freed already and is "
-                          "waiting for the device (pending free)", ptr);
-    }
-    tide_status guard = TIDE_OK;
-    char guard_message[512]; /* not zeroed: that alone was a fifth of a free's instructions */
-    guard_message[0] = '\0';
-    if (__builtin_expect(t->guard != 0, 0)) {
-        /* The check waits for the device: not under the heap's lock. The block is looked up again
-         * after it, as the program may (wrongly) free it from two threads at once. */
-        uintptr_t addr = b->addr;
-        size_t size = b->size, requested = b->requested;
-        tide_stream stream = h->stream;
-        heap_unlock(h);
-        guard = verify_guards(t, ptr, addr, size, requested, stream);
-        if (guard != TIDE_OK) /* kept: the free below may meet device errors it absorbs, which leave words */
-            snprintf(guard_message, sizeof guard_message, "%s", tide_last_error());
-        s = locate(t, (uintptr_t)ptr, "tide_free", &h, &b);
-        if (s != TIDE_OK)
-            return s;
-        if (b->state == BLOCK_PENDING) {
-            heap_unlock(h);
-            return tide__fail(TIDE_EINVAL, "tide_free of %p: freed twice at once", ptr);
-        }
-    }
-    s = lifecycle_free(h, b);
+    if (b->state == BLOCK_PENDING)
+        return refuse_pending_free(h, ptr);
+    if (__builtin_expect(t->guard != 0, 0))
+        return free_with_guard(t, ptr, h, b);
+    tide_status s = lifecycle_free(h, b);
     heap_unlock(h);
     allocator_debug_check(t, 2, "tide_free");
-    if (s == TIDE_OK && guard != TIDE_OK)
-        return tide__fail(guard, "%s", guard_message);
     return s;
 }
 
