@@ -7,8 +7,10 @@
 //   gpu_bench replay --only NAME TRACE...    only one allocator: tidepool, pytorch or cudaMallocAsync
 //                                    (run it with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or
 //                                    TIDEPOOL_CONF=expandable_segments:True, for those variants)
-//   TIDEPOOL_HISTORY=N               tidepool records a history of the last N events all along (what
-//                                    the history costs: run with and without it)
+//   gpu_bench history N TRACE...     what tidepool's history costs: warm replays through tidepool with
+//                                    the history off and on (a ring of N events) taking turns, one of
+//                                    each per round, in one process; medians and their ratio
+//   TIDEPOOL_HISTORY=N               tidepool records a history of the last N events all along
 //
 // Built by bench/build_gpu_bench.sh against the installed PyTorch (c10, c10_cuda) and CUDA runtime.
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -267,18 +269,62 @@ void replay_all(Allocators &a, const std::vector<const bench_allocator *> &which
     }
 }
 
+// The history's cost: warm tidepool replays with the history off, then on, one of each per round, so
+// that drift falls on both alike. The ring is made and freed between replays, outside the timing.
+void history_cost(Allocators &a, size_t events, const trace &t, const char *name, int rounds)
+{
+    replay_cold(a, &a.tidepool, t);
+    std::vector<double> off, on, ratio;
+    for (int r = 0; r < rounds; r++) {
+        off.push_back(replay_once(a, &a.tidepool, t, 0, false));
+        if (tide_history_start(a.tide, events, 0) != TIDE_OK) {
+            fprintf(stderr, "tidepool: %s\n", tide_last_error());
+            exit(1);
+        }
+        on.push_back(replay_once(a, &a.tidepool, t, 0, false));
+        tide_history_stop(a.tide);
+        ratio.push_back(on.back() / off.back());
+    }
+    double best_off = *std::min_element(off.begin(), off.end());
+    double best_on = *std::min_element(on.begin(), on.end());
+    double m_off = bench_median(off.data(), rounds), m_on = bench_median(on.data(), rounds);
+    printf("| %s | %.1f | %.1f | %+.1f%% | %+.1f%% | %.1f | %.1f | %+.1f%% |\n", name, m_off, m_on,
+           100.0 * (m_on / m_off - 1), 100.0 * (bench_median(ratio.data(), rounds) - 1), best_off, best_on,
+           100.0 * (best_on / best_off - 1));
+    fflush(stdout);
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: gpu_bench micro [reps] | replay [--only tidepool|pytorch|cudaMallocAsync] TRACE...\n");
+        fprintf(stderr, "usage: gpu_bench micro [reps] | replay [--only tidepool|pytorch|cudaMallocAsync] TRACE... | "
+                        "history EVENTS TRACE...\n");
         return 2;
     }
     Allocators a;
     setup(a);
     if (!strcmp(argv[1], "micro")) {
         micro(a, argc > 2 ? std::max(1, std::min(31, atoi(argv[2]))) : 5);
+        return 0;
+    }
+    if (!strcmp(argv[1], "history") && argc > 3) {
+        size_t events = strtoull(argv[2], nullptr, 10);
+        const int rounds = 15;
+        printf("| trace (history of %zu events) | off, ns per op (median of %d) | on | on / off, medians | "
+               "median of the rounds' on / off | off, best | on, best | on / off, best |\n"
+               "|---|---|---|---|---|---|---|---|\n", events, rounds);
+        for (int i = 3; i < argc; i++) {
+            trace t;
+            char err[512];
+            if (trace_load(argv[i], &t, err, sizeof err) != 0) {
+                fprintf(stderr, "%s\n", err);
+                return 1;
+            }
+            history_cost(a, events, t, strrchr(argv[i], '/') ? strrchr(argv[i], '/') + 1 : argv[i], rounds);
+            trace_free(&t);
+        }
         return 0;
     }
     const char *only = argc > 3 && !strcmp(argv[2], "--only") ? argv[3] : nullptr;

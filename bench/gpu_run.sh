@@ -5,6 +5,9 @@
 #                                   GPT-2 loss determinism
 #   bench/gpu_run.sh bench          micro-benchmarks and trace replays against PyTorch's allocator and
 #                                   cudaMallocAsync
+#   bench/gpu_run.sh history        what tidepool's history costs: warm replays on the GPU with it off
+#                                   and on in turn (gpu_bench history), then the same on the simulated
+#                                   device, the allocator alone (bench/history_overhead.sh)
 #   bench/gpu_run.sh seed [STEPS]   the seed's loop under four allocators (default 2000 steps), then
 #                                   step time alternating PyTorch's allocator and tidepool
 #   bench/gpu_run.sh ddp [STEPS]    (2 GPUs) the two-device C test, then GPT-2 small under DDP with
@@ -82,6 +85,14 @@ bench)
     $BUILD/gpu_bench replay traces/*.csv.gz | tee "$OUT/replay.md"
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $BUILD/gpu_bench replay --only torch traces/*.csv.gz \
         | tail -n +3 | tee -a "$OUT/replay.md"
+    ;;
+history)
+    build
+    bench/build_gpu_bench.sh $BUILD || exit 1
+    echo "== the history's cost on the GPU: off and on in turn, one process"
+    $BUILD/gpu_bench history 65536 traces/*.csv.gz | tee "$OUT/history_gpu.md"
+    echo "== the same on the simulated device (the allocator alone, no kernels)"
+    TIDEPOOL_TOOL=$BUILD/tidepool bench/history_overhead.sh 5 | tee "$OUT/history_sim.txt"
     ;;
 ddp)
     build
@@ -162,5 +173,5 @@ record-seed)
         | tail -n +3 | tee -a "$OUT/replay_seed_loop.md"
     ;;
 *)
-    echo "usage: bench/gpu_run.sh tests | bench | seed [STEPS] | ddp [STEPS] | reliability | expandable | expandable-seed [STEPS] | record-seed [STEPS]"; exit 2 ;;
+    echo "usage: bench/gpu_run.sh tests | bench | history | seed [STEPS] | ddp [STEPS] | reliability | expandable | expandable-seed [STEPS] | record-seed [STEPS]"; exit 2 ;;
 esac

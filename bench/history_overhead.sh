@@ -2,11 +2,12 @@
 # What the history costs on a replay: each shipped trace replayed on the simulated device without
 # kernels (the allocator alone, where any cost shows most), ROUNDS times each with the history off, on,
 # and on with native stacks, interleaved; prints the median ns per operation and the ratio to off.
-#   bench/history_overhead.sh [ROUNDS]     (default 7; needs make build)
+#   bench/history_overhead.sh [ROUNDS]     (default 7; needs make build; TIDEPOOL_TOOL=path for another
+#                                          build's tidepool)
 set -eu
 cd "$(dirname "$0")/.."
 rounds=${1:-7}
-tool=build/tidepool
+tool=${TIDEPOOL_TOOL:-build/tidepool}
 [ -x $tool ] || { echo "build first: make build" >&2; exit 1; }
 ns() { $tool replay --json --no-progress --device-work none "$@" | sed -n 's/.*"ns_per_op": \([0-9.]*\).*/\1/p'; }
 median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
