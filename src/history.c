@@ -148,9 +148,11 @@ static const char *current_tag(tide_allocator *t)
 
 static _Atomic(uint64_t) history_ids = 1;
 
-/* The slots this thread claimed and has not filled yet, in the ring of history `id`. */
+/* The slots this thread claimed and has not filled yet, in the ring of history `id`: next up to end.
+ * Below fast_end, an event takes history_record's fast path: not the chunk's last (it carries a time),
+ * and none at all when stacks are recorded (fast_end is then next). */
 static _Thread_local struct {
-    uint64_t id, next, end;
+    uint64_t id, next, end, fast_end;
 } claimed;
 
 /* Apart from history_record, so that its stack frame (and the frame array's stack protector) is paid
@@ -186,6 +188,18 @@ static inline void slot_close(struct slot *slot, uint64_t seq, uint64_t addr, ui
     atomic_store_explicit(&slot->seq_plus_one, seq + 1, memory_order_release);
 }
 
+/* Each line of the ring is written once per lap, so each is a cache miss; left to the stores, the misses
+ * would hold up the heap lock's atomic exchange at the next allocation or free (a locked instruction
+ * waits for the stores before it). So a thread fetches a chunk's lines, and the line of its last time,
+ * when it claims the chunk: they arrive while the chunk's first events are written. A chunk of CHUNK
+ * slots starts at a multiple of CHUNK, so its slots are contiguous unless the ring is smaller. */
+static void prefetch_chunk(const struct history *hist, uint64_t first, uint64_t end)
+{
+    for (uint64_t seq = first; seq < end; seq += 64 / sizeof(struct slot))
+        __builtin_prefetch(&hist->slots[(size_t)seq & (hist->capacity - 1)], 1, 3);
+    __builtin_prefetch(&hist->times[(size_t)(end - 1) & (hist->capacity - 1)], 1, 3);
+}
+
 /* Records one event in the next slot this thread claimed; claims a chunk first if it has none left.
  * The first and the last event of a chunk carry the time. */
 __attribute__((noinline)) static void record_in_full(struct history *hist, uint32_t kind, tide_stream stream,
@@ -193,9 +207,12 @@ __attribute__((noinline)) static void record_in_full(struct history *hist, uint3
 {
     bool first = false;
     if (claimed.id != hist->id || claimed.next == claimed.end) {
+        uint64_t start = atomic_fetch_add_explicit(&hist->next_seq, hist->chunk, memory_order_relaxed);
         claimed.id = hist->id;
-        claimed.next = atomic_fetch_add_explicit(&hist->next_seq, hist->chunk, memory_order_relaxed);
-        claimed.end = claimed.next + hist->chunk;
+        claimed.next = start;
+        claimed.end = start + hist->chunk;
+        claimed.fast_end = hist->frames ? start : claimed.end - 1;
+        prefetch_chunk(hist, start, claimed.end);
         first = true;
     }
     uint64_t seq = claimed.next++;
@@ -220,8 +237,7 @@ __attribute__((noinline)) static void record_in_full(struct history *hist, uint3
 void history_record(struct history *hist, uint32_t kind, tide_stream stream, uint64_t addr,
                     uint64_t size, const char *tag)
 {
-    if (__builtin_expect(claimed.id != hist->id || claimed.end - claimed.next <= 1 || hist->frames || tag,
-                         0)) {
+    if (__builtin_expect(claimed.id != hist->id || claimed.next >= claimed.fast_end || tag, 0)) {
         record_in_full(hist, kind, stream, addr, size, tag);
         return;
     }
