@@ -117,25 +117,25 @@ void micro(Allocators &a, int reps)
     const bench_allocator *all[3] = {&a.tidepool, &a.torch, &a.async};
     const char *patterns[] = {"same 1 MiB", "random 256B-4MiB, 64 live", "random 1MiB-256MiB, 16 live",
                               "1 thread", "2 threads", "4 threads", "8 threads"};
-    double result[7][3];
-    for (int k = 0; k < 3; k++) {
-        const bench_allocator *al = all[k];
-        double v[32];
-        for (int r = 0; r < reps; r++)
-            v[r] = bench_same_size(al, 1u << 20, 300000, handles[0]);
-        result[0][k] = bench_median(v, reps);
-        for (int r = 0; r < reps; r++)
-            v[r] = bench_random(al, 256, 4u << 20, 64, 200000, handles[0]);
-        result[1][k] = bench_median(v, reps);
-        for (int r = 0; r < reps; r++)
-            v[r] = bench_random(al, 1u << 20, 256u << 20, 16, 50000, handles[0]);
-        result[2][k] = bench_median(v, reps);
-        for (int t = 1, row = 3; t <= 8; t *= 2, row++) {
-            for (int r = 0; r < reps; r++)
-                v[r] = bench_threads(al, t, handles.data(), 100000);
-            result[row][k] = bench_median(v, reps);
+    // One pattern at a time, the three allocators taking turns within each repetition, so that the
+    // machine's drift over the run falls on all alike.
+    auto run = [&](int row, const bench_allocator *al) {
+        switch (row) {
+        case 0: return bench_same_size(al, 1u << 20, 300000, handles[0]);
+        case 1: return bench_random(al, 256, 4u << 20, 64, 200000, handles[0]);
+        case 2: return bench_random(al, 1u << 20, 256u << 20, 16, 50000, handles[0]);
+        default: return bench_threads(al, 1 << (row - 3), handles.data(), 100000);
         }
+    };
+    double result[7][3];
+    for (int row = 0; row < 7; row++) {
+        double v[3][32];
+        for (int r = 0; r < reps; r++)
+            for (int k = 0; k < 3; k++)
+                v[k][r] = run(row, all[k]);
         CUDA_OK(cudaDeviceSynchronize());
+        for (int k = 0; k < 3; k++)
+            result[row][k] = bench_median(v[k], reps);
     }
     printf("| pattern (ns per alloc+free pair, median of %d) | tidepool | PyTorch | cudaMallocAsync | "
            "PyTorch / tidepool | cudaMallocAsync / tidepool |\n|---|---|---|---|---|---|\n", reps);
