@@ -1,6 +1,7 @@
 // tidepool against PyTorch's CUDA caching allocator and cudaMallocAsync, in one process on the GPU.
 //
-//   gpu_bench micro [reps]           the micro patterns (bench/micro_patterns.h), ns per alloc+free pair
+//   gpu_bench micro [reps] [--only NAME]   the micro patterns (bench/micro_patterns.h), ns per
+//                                    alloc+free pair (--only: one allocator; the others show 0)
 //   gpu_bench replay TRACE...        each trace replayed through each allocator: ns per operation,
 //                                    peak reserved, peak reserved / peak live. The cold pass carries
 //                                    out the trace's empty_cache lines; the warm passes skip them
@@ -106,7 +107,7 @@ void setup(Allocators &a)
 
 // ---- micro -------------------------------------------------------------------------------------------
 
-void micro(Allocators &a, int reps)
+void micro(Allocators &a, int reps, const char *only)
 {
     std::vector<cudaStream_t> streams(8);
     std::vector<uintptr_t> handles(8);
@@ -132,7 +133,7 @@ void micro(Allocators &a, int reps)
         double v[3][32];
         for (int r = 0; r < reps; r++)
             for (int k = 0; k < 3; k++)
-                v[k][r] = run(row, all[k]);
+                v[k][r] = !only || !strcmp(only, all[k]->name) ? run(row, all[k]) : 0.0;
         CUDA_OK(cudaDeviceSynchronize());
         for (int k = 0; k < 3; k++)
             result[row][k] = bench_median(v[k], reps);
@@ -299,14 +300,15 @@ void history_cost(Allocators &a, size_t events, const trace &t, const char *name
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: gpu_bench micro [reps] | replay [--only tidepool|pytorch|cudaMallocAsync] TRACE... | "
+        fprintf(stderr, "usage: gpu_bench micro [reps] [--only NAME] | replay [--only tidepool|pytorch|cudaMallocAsync] TRACE... | "
                         "history EVENTS TRACE...\n");
         return 2;
     }
     Allocators a;
     setup(a);
     if (!strcmp(argv[1], "micro")) {
-        micro(a, argc > 2 ? std::max(1, std::min(31, atoi(argv[2]))) : 5);
+        const char *only = argc > 4 && !strcmp(argv[3], "--only") ? argv[4] : nullptr;
+        micro(a, argc > 2 ? std::max(1, std::min(31, atoi(argv[2]))) : 5, only);
         return 0;
     }
     if (!strcmp(argv[1], "history") && argc > 3) {
