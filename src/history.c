@@ -13,6 +13,12 @@
  * order (a trace to replay) more than the speed. (A CPU's cycle counter would be cheaper to read, but
  * on a virtual machine two CPUs' counters can disagree, and a thread that moves between them would
  * see its time go back.)
+ *
+ * What an event costs when on (bench/results/2026-11-30-history.md): about 30 instructions on the fast
+ * path, and the ring's footprint in the caches: every line of the ring is written once per lap, and a
+ * ring larger than the core's L2 pushes the allocator's own blocks and maps out of it. Fetching the
+ * lines ahead did not help (prefetch at the claim, or prefetchw ahead of each event), nor did
+ * demoting written lines to the L3 (cldemote, twice as slow).
  */
 #define _GNU_SOURCE /* dladdr, to name code addresses */
 #include "internal.h"
@@ -189,18 +195,6 @@ static inline void slot_close(struct slot *slot, uint64_t seq, uint64_t addr, ui
     atomic_store_explicit(&slot->seq_plus_one, seq + 1, memory_order_release);
 }
 
-/* Each line of the ring is written once per lap, so each is a cache miss; left to the stores, the misses
- * would hold up the heap lock's atomic exchange at the next allocation or free (a locked instruction
- * waits for the stores before it). So a thread fetches a chunk's lines, and the line of its last time,
- * when it claims the chunk: they arrive while the chunk's first events are written. A chunk of CHUNK
- * slots starts at a multiple of CHUNK, so its slots are contiguous unless the ring is smaller. */
-static void prefetch_chunk(const struct history *hist, uint64_t first, uint64_t end)
-{
-    for (uint64_t seq = first; seq < end; seq += 64 / sizeof(struct slot))
-        __builtin_prefetch(&hist->slots[(size_t)seq & (hist->capacity - 1)], 1, 3);
-    __builtin_prefetch(&hist->times[(size_t)(end - 1) & (hist->capacity - 1)], 1, 3);
-}
-
 /* Records one event in the next slot this thread claimed; claims a chunk first if it has none left.
  * The first and the last event of a chunk carry the time. */
 __attribute__((noinline)) static void record_in_full(struct history *hist, uint32_t kind, tide_stream stream,
@@ -213,7 +207,6 @@ __attribute__((noinline)) static void record_in_full(struct history *hist, uint3
         claimed.next = start;
         claimed.end = start + hist->chunk;
         claimed.fast_end = hist->frames ? start : claimed.end - 1;
-        prefetch_chunk(hist, start, claimed.end);
         first = true;
     }
     uint64_t seq = claimed.next++;
