@@ -1,0 +1,155 @@
+/*
+ * The free index on its own: the size classes a block is filed under, and what a search returns.
+ *
+ * The class of a size is computed without a branch (free_index.c), so these tests pin down what it
+ * must be: below FI_SL_COUNT units every unit count is its own class on level 0; above, classes rise
+ * with the size, never fall, and each is at most 1/FI_SL_COUNT of its lower bound wide. A search never
+ * returns a block smaller than asked, finds a lone block from every size at or below its own, and
+ * takes the block of the lowest class that can serve.
+ */
+#include "harness.h"
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static struct block *block_of(size_t size)
+{
+    struct block *b = aligned_alloc(_Alignof(struct block), sizeof *b);
+    memset(b, 0, sizeof *b);
+    b->size = size;
+    b->state = BLOCK_FREE;
+    return b;
+}
+
+struct index {
+    struct free_index fi;
+    struct block *end;
+};
+
+static void index_open(struct index *x)
+{
+    x->end = block_of(0);
+    free_index_init(&x->fi, x->end);
+}
+
+static void index_close(struct index *x) { free(x->end); }
+
+/* The class a size is filed under, as free_index_insert writes it into the block. One index and one
+ * block serve every call (a million of them). */
+static struct index probe;
+static struct block *probe_block;
+
+static void class_of_size(size_t size, unsigned *fl, unsigned *sl)
+{
+    if (!probe_block) {
+        index_open(&probe);
+        probe_block = block_of(0);
+    }
+    probe_block->size = size;
+    free_index_insert(&probe.fi, probe_block);
+    *fl = probe_block->fl;
+    *sl = probe_block->sl;
+    free_index_remove(&probe.fi, probe_block);
+}
+
+/* Unit counts from 1 to past 2^20 one by one where classes are narrow, then a spread of larger ones
+ * (up to 2^40 units: 512 TiB). */
+static uint64_t next_units(uint64_t u)
+{
+    if (u < (1u << 20))
+        return u + 1;
+    return u + u / 97 + 1;
+}
+
+static void test_small_sizes_are_their_own_class(void)
+{
+    for (uint64_t u = 1; u < FI_SL_COUNT; u++) {
+        unsigned fl, sl;
+        class_of_size(u * TIDE_UNIT, &fl, &sl);
+        CHECK(fl == 0 && sl == u);
+    }
+}
+
+static void test_classes_rise_with_size_and_are_narrow(void)
+{
+    unsigned last_fl = 0, last_sl = 0, bad_order = 0, bad_width = 0;
+    uint64_t class_low = 1; /* the smallest unit count seen in the current class */
+    for (uint64_t u = 1; u < ((uint64_t)1 << 40); u = next_units(u)) {
+        unsigned fl, sl;
+        class_of_size(u * TIDE_UNIT, &fl, &sl);
+        if (fl < last_fl || (fl == last_fl && sl < last_sl))
+            bad_order++;
+        if (fl != last_fl || sl != last_sl) {
+            last_fl = fl;
+            last_sl = sl;
+            class_low = u;
+        }
+        /* On level 0 a class is one unit count; above, at most 1/32 of its lower bound wide. */
+        if (fl == 0 ? u != class_low : (u - class_low) * FI_SL_COUNT > class_low)
+            bad_width++;
+        CHECK(fl < FI_FL_COUNT && sl < FI_SL_COUNT);
+    }
+    CHECK(bad_order == 0);
+    CHECK(bad_width == 0);
+}
+
+static void test_a_lone_block_serves_every_size_up_to_its_own(void)
+{
+    unsigned missed = 0, too_small = 0;
+    for (uint64_t u = 1; u < ((uint64_t)1 << 30); u = next_units(u) + (u >> 4)) {
+        struct index x;
+        index_open(&x);
+        size_t size = u * TIDE_UNIT;
+        struct block *b = block_of(size);
+        free_index_insert(&x.fi, b);
+        CHECK(free_index_contains(&x.fi, b));
+        for (uint64_t ask = 1; ask <= u; ask = ask < 64 ? ask + 1 : ask + ask / 7)
+            missed += free_index_find(&x.fi, ask * TIDE_UNIT, SIZE_MAX) != b;
+        missed += free_index_find(&x.fi, size, SIZE_MAX) != b;
+        too_small += free_index_find(&x.fi, size + TIDE_UNIT, SIZE_MAX) != NULL;
+        free_index_remove(&x.fi, b);
+        CHECK(x.fi.count == 0 && x.fi.fl_bitmap == 0);
+        free(b);
+        index_close(&x);
+    }
+    CHECK(missed == 0);
+    CHECK(too_small == 0);
+}
+
+static void test_search_takes_the_lowest_class_that_serves(void)
+{
+    /* Blocks of 40, 100, 1000 and 5000 units: a request is served from the smallest of them that
+     * is at least as large. */
+    const uint64_t units[] = {5000, 40, 1000, 100};
+    struct index x;
+    index_open(&x);
+    struct block *blocks[4];
+    for (int i = 0; i < 4; i++) {
+        blocks[i] = block_of(units[i] * TIDE_UNIT);
+        free_index_insert(&x.fi, blocks[i]);
+    }
+    CHECK(free_index_find(&x.fi, 1 * TIDE_UNIT, SIZE_MAX) == blocks[1]);
+    CHECK(free_index_find(&x.fi, 40 * TIDE_UNIT, SIZE_MAX) == blocks[1]);
+    CHECK(free_index_find(&x.fi, 41 * TIDE_UNIT, SIZE_MAX) == blocks[3]);
+    CHECK(free_index_find(&x.fi, 101 * TIDE_UNIT, SIZE_MAX) == blocks[2]);
+    CHECK(free_index_find(&x.fi, 4999 * TIDE_UNIT, SIZE_MAX) == blocks[0]);
+    CHECK(free_index_find(&x.fi, 5001 * TIDE_UNIT, SIZE_MAX) == NULL);
+    for (int i = 0; i < 4; i++) {
+        free_index_remove(&x.fi, blocks[i]);
+        free(blocks[i]);
+    }
+    CHECK(x.fi.count == 0 && x.fi.fl_bitmap == 0);
+    index_close(&x);
+}
+
+int main(void)
+{
+    RUN(test_small_sizes_are_their_own_class);
+    RUN(test_classes_rise_with_size_and_are_narrow);
+    RUN(test_a_lone_block_serves_every_size_up_to_its_own);
+    RUN(test_search_takes_the_lowest_class_that_serves);
+    free(probe_block);
+    index_close(&probe);
+    return HARNESS_EXIT();
+}
