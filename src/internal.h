@@ -141,7 +141,7 @@ struct segment {
     struct segment *prev, *next;      /* the heap's list of segments */
     struct segment *idle_prev, *idle_next; /* the heap's list of wholly free segments, oldest first */
     bool idle;
-    uint64_t idle_since;              /* idle_clock() when it became wholly free */
+    uint64_t idle_since;              /* idle_clock() when it became wholly free (0 while one heap) */
     struct arena *arena;              /* expandable: the arena it lies in; NULL for a reservation */
     struct segment *run_prev, *run_next; /* expandable: the arena's runs, by address (pressure lock) */
 };

@@ -6,6 +6,8 @@
 #include "harness.h"
 #include "replay.h"
 
+#include <time.h>
+
 #define ALL TIDE_POOL_ALL
 
 static void test_limit_is_never_exceeded(void)
@@ -248,6 +250,44 @@ static void test_gc_threshold_releases_oldest_first(void)
     fixture_close(&f);
 }
 
+/* Across streams, the oldest idle segment goes first too: one idled while its heap was the only one
+ * (no clock read then, idle_append) before one idled later on another stream; and between two idled
+ * while several heaps exist, the one idled first. Stream a's segment is the older each time; without
+ * the times, the search (release_oldest) would take the later heap, b's. */
+static void test_gc_releases_oldest_first_across_streams(void)
+{
+    for (int all_heaps_first = 0; all_heaps_first < 2; all_heaps_first++) {
+        struct fixture f;
+        fixture_open(&f, 0, "limit:200MiB,garbage_collection_threshold:0.5,trim_on_growth:False");
+        tide_stream streams[3];
+        for (int i = 0; i < 3; i++)
+            CHECK_OK(tide_sim_stream_create(f.sim, &streams[i]));
+        tide_stream a = streams[0], b = streams[1], c = streams[2];
+        void *older, *younger, *again, *small[3] = {NULL, NULL, NULL};
+        if (all_heaps_first) /* kept live, so that their segments are not idle */
+            for (int i = 0; i < 3; i++)
+                CHECK_OK(tide_malloc(f.t, 1, streams[i], &small[i]));
+        CHECK_OK(tide_malloc(f.t, 30 * MIB, a, &older));
+        CHECK_OK(tide_free(f.t, older)); /* with all_heaps_first 0, a's heap is still the only one */
+        CHECK_OK(tide_malloc(f.t, 30 * MIB, b, &younger));
+        struct timespec pause = {0, 20 * 1000 * 1000}; /* past the coarse clock's tick */
+        nanosleep(&pause, NULL);
+        CHECK_OK(tide_free(f.t, younger));
+        void *big;
+        CHECK_OK(tide_malloc(f.t, 46 * MIB, c, &big)); /* over the threshold: one idle segment goes */
+        tide_stats s = stats_of(f.t);
+        CHECK(s.num_gc_released == 1);
+        CHECK_OK(tide_malloc(f.t, 30 * MIB, b, &again));
+        CHECK(again == younger); /* the younger one was kept */
+        CHECK_OK(tide_free(f.t, again));
+        CHECK_OK(tide_free(f.t, big));
+        for (int i = 0; i < 3; i++)
+            CHECK_OK(tide_free(f.t, small[i]));
+        CHECK_OK(tide_check(f.t));
+        fixture_close(&f);
+    }
+}
+
 /* Growth past the most ever reserved gives idle segments back first: memory the program freed and
  * no longer fits its requests is not held beside the new segment. */
 static void test_growth_past_high_water_gives_idle_segments_back(void)
@@ -352,6 +392,7 @@ int main(void)
     RUN(test_destroy_reports_a_refused_release);
     RUN(test_device_memory_runs_out);
     RUN(test_gc_threshold_releases_oldest_first);
+    RUN(test_gc_releases_oldest_first_across_streams);
     RUN(test_growth_past_high_water_gives_idle_segments_back);
     RUN(test_high_water_does_not_churn);
     RUN(test_trim_to_a_target);
