@@ -433,12 +433,12 @@ typedef struct tide_event {
     uint64_t seq;                  /* increasing from 0 since tide_history_start: the order of events (a
                                       free completed at once shares its request's). Numbers may be
                                       skipped. One thread's events are in order; with several threads,
-                                      each takes numbers 16 at a time, so their events interleave in
-                                      blocks of up to 16 (TIDE_HISTORY_ORDERED: exactly in order) */
-    uint64_t time_ns;              /* CLOCK_MONOTONIC; read at a thread's every 16th event, and for
-                                      the events between placed by interpolation in seq order (off by
-                                      at most the time between two stamps); TIDE_HISTORY_ORDERED: read
-                                      at every event */
+                                      each takes numbers 64 at a time, so their events interleave in
+                                      blocks of up to 64 (TIDE_HISTORY_ORDERED: exactly in order) */
+    uint64_t time_ns;              /* CLOCK_MONOTONIC; read at the first and last event of each block
+                                      of 64 numbers a thread takes, the events between placed by
+                                      interpolation in seq order (off by at most the time between two
+                                      stamps); TIDE_HISTORY_ORDERED: read at every event */
     uint32_t kind;                 /* tide_event_kind */
     uint32_t nframes;              /* frames captured (TIDE_HISTORY_STACKS), innermost first */
     tide_stream stream;

@@ -176,7 +176,7 @@ def record_memory_history(enabled=True, max_entries=100000, stacks=False, device
     """Starts (or, with enabled=False, stops) tidepool's history of allocator events on one device (all
     devices if device is None). stacks=True records each event's native call stack. ordered=True keeps
     the events of several threads (PyTorch's autograd runs on its own) in their exact order, as a trace
-    for dump_trace needs, at some cost per event; otherwise they interleave in blocks of 16."""
+    for dump_trace needs, at some cost per event; otherwise they interleave in blocks of 64."""
     shim = _require()
     devices = range(torch.cuda.device_count()) if device is None else [_device_index(device)]
     for d in devices:
