@@ -320,8 +320,8 @@ static const char *diagnose(struct heap *h, uintptr_t addr, const char *verb, ch
 
 /* Finds the ACTIVE or PENDING block at addr and returns with its heap locked, or fails with a message
  * and no lock held. */
-__attribute__((noinline)) static tide_status locate(tide_allocator *t, uintptr_t user, const char *verb, struct heap **oh,
-                          struct block **ob)
+__attribute__((noinline)) static tide_status locate(tide_allocator *t, uintptr_t user, const char *verb,
+                                                    struct heap **oh, struct block **ob)
 {
     char msg[512];
     uintptr_t addr = user - t->guard; /* the block starts before the user's pointer under guard */
@@ -355,7 +355,8 @@ __attribute__((noinline)) static tide_status locate(tide_allocator *t, uintptr_t
 /* What the device does to a block before its new owner gets it, in order on the block's stream:
  * zeroes it (scrub), then writes the canaries before and after the requested bytes (guard). If the
  * device fails, the block goes back to the cache and the allocation fails. */
-__attribute__((noinline)) static tide_status prepare_block(tide_allocator *t, struct heap *h, struct block *b)
+__attribute__((noinline)) static tide_status prepare_block(tide_allocator *t, struct heap *h,
+                                                           struct block *b)
 {
     const tide_backend *be = &t->backend;
     uintptr_t user = b->addr + t->guard, end = b->addr + b->size;
@@ -379,8 +380,8 @@ __attribute__((noinline)) static tide_status prepare_block(tide_allocator *t, st
 }
 
 /* Checks a block's canaries (guard), waiting for its stream. TIDE_ECORRUPT says where it was broken. */
-__attribute__((noinline)) static tide_status verify_guards(tide_allocator *t, void *ptr, uintptr_t addr, size_t size,
-                                 size_t requested, tide_stream stream)
+__attribute__((noinline)) static tide_status verify_guards(tide_allocator *t, void *ptr, uintptr_t addr,
+                                                           size_t size, size_t requested, tide_stream stream)
 {
     const tide_backend *be = &t->backend;
     uintptr_t user = addr + t->guard;

@@ -154,7 +154,8 @@ static bool covers_segment(const struct block *b) { return b->size == b->seg->si
 static void idle_append(struct heap *h, struct segment *seg)
 {
     seg->idle = true;
-    seg->idle_since = atomic_load_explicit(&h->owner->nheaps, memory_order_relaxed) > 1 ? idle_clock() : 0;
+    bool several_heaps = atomic_load_explicit(&h->owner->nheaps, memory_order_relaxed) > 1;
+    seg->idle_since = several_heaps ? idle_clock() : 0;
     seg->idle_next = NULL;
     seg->idle_prev = h->idle_tail;
     if (h->idle_tail)
