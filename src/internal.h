@@ -407,7 +407,9 @@ struct heap {
     struct ptr_map map;
     struct segment *segments;                 /* all segments, newest first */
     struct segment *idle_head, *idle_tail;    /* wholly free segments, oldest first */
-    struct block *pending_head, *pending_tail;/* PENDING blocks, in order of free */
+    struct block *pending_head;               /* PENDING blocks, in order of free */
+    struct block **pending_end;               /* the link the next one goes in: &pending_head, or the
+                                                 last block's link_next */
     struct fence_queue *queues;
     uint32_t nqueues, queues_cap;
     void **fence_pool;                        /* created, unused fences */

@@ -143,9 +143,9 @@ static bool record_fence(struct heap *h, struct block *b, tide_stream stream, ui
 static void pending_append(struct heap *h, struct block *b)
 {
     b->link_next = NULL;
-    b->link_pprev = h->pending_tail ? &h->pending_tail->link_next : &h->pending_head;
-    *b->link_pprev = b;
-    h->pending_tail = b;
+    b->link_pprev = h->pending_end;
+    *h->pending_end = b;
+    h->pending_end = &b->link_next;
 }
 
 static void pending_unlink(struct heap *h, struct block *b)
@@ -153,10 +153,8 @@ static void pending_unlink(struct heap *h, struct block *b)
     *b->link_pprev = b->link_next;
     if (b->link_next)
         b->link_next->link_pprev = b->link_pprev;
-    else /* it was the tail: the block before it is the new one, if there is one */
-        h->pending_tail = b->link_pprev == &h->pending_head
-                              ? NULL
-                              : (struct block *)((char *)b->link_pprev - offsetof(struct block, link_next));
+    else /* it was the last: the link that pointed to it is where the next one goes */
+        h->pending_end = b->link_pprev;
     b->link_next = NULL;
     b->link_pprev = NULL;
 }
