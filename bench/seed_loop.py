@@ -52,9 +52,11 @@ if args.allocator.startswith("tidepool"):
         tt.record_memory_history(max_entries=4000 * args.steps + 100000, ordered=True)
     peak_reserved = tt.max_memory_reserved
     reserved = tt.memory_reserved
+    stats = tt.memory_stats
 else:
     peak_reserved = torch.cuda.max_memory_reserved
     reserved = torch.cuda.memory_reserved
+    stats = torch.cuda.memory_stats
 
 torch.manual_seed(0)
 model = torch.nn.Transformer(d_model=512, nhead=8).to("cuda")
@@ -98,6 +100,10 @@ result = {
     "used_every_10_steps": used_after_step,
     "reserved_every_10_steps": reserved_after_step,
     "loss_last": float(loss),
+    # reservations and releases over the run (with expandable segments, tidepool counts each map and
+    # unmap of one or more pages)
+    "num_device_alloc": stats().get("num_device_alloc"),
+    "num_device_free": stats().get("num_device_free"),
 }
 if args.record_trace:
     result["trace_operations"] = tt.dump_trace(args.record_trace)
@@ -105,6 +111,7 @@ if args.json:
     with open(args.json, "w") as f:
         json.dump(result, f)
 ms = sorted(window_ms[1:]) or window_ms
-print("%-10s median %.3f ms/step, peak reserved %.1f MiB, peak device used %.1f MiB, floors %s MiB"
+print("%-10s median %.3f ms/step, peak reserved %.1f MiB, peak device used %.1f MiB, floors %s MiB, "
+      "device allocs/frees %s/%s"
       % (args.allocator, ms[len(ms) // 2], peak_reserved() / 2**20, peak_used / 2**20,
-         sorted(set(f >> 20 for f in floors))))
+         sorted(set(f >> 20 for f in floors)), result["num_device_alloc"], result["num_device_free"]))

@@ -7,10 +7,11 @@ With tidepool as PyTorch's allocator and its history on (native stacks too with 
 then:
   - checks the snapshot against tidepool's statistics (segments add up to reserved memory, active
     blocks to allocated memory) and that every allocation in the trace is matched by its frees;
-  - writes snapshot.pickle with tidepool.torch.dump_snapshot (in a temporary folder, as are the plots
-    that embed it; their sizes are printed);
-  - runs torch/cuda/_memory_viz.py on it: trace_plot and segment_plot (HTML), stats and trace (text,
-    into OUT_DIR);
+  - writes snapshot.pickle with tidepool.torch.dump_snapshot (in a temporary folder; its size is
+    printed);
+  - runs torch/cuda/_memory_viz.py on it: trace_plot and segment_plot (HTML, their sizes printed, and
+    kept in OUT_DIR when under 8 MB, for bench/render_memory_viz.sh), stats and trace (text, into
+    OUT_DIR);
   - writes snapshot_local.html, the trace plot with PyTorch's MemoryViz.js next to it instead of its
     address on a CDN, so a browser without network access can draw it (copied as MemoryViz.js);
   - prints the leak report with one tensor deliberately left alive.
@@ -31,6 +32,7 @@ out = sys.argv[1]
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 # Native stacks make the pickle about ten times larger (27 MB for 5 steps); off unless asked for.
 STACKS = "--stacks" in sys.argv
+KEEP_BELOW = 8 << 20  # plots smaller than this are kept in OUT_DIR too (without stacks they are ~1.3 MB)
 os.makedirs(out, exist_ok=True)
 bulky = tempfile.mkdtemp()  # the pickle and the plots that embed it: their sizes are printed
 
@@ -76,6 +78,8 @@ for kind, target in (("trace_plot", "trace_plot.html"), ("segment_plot", "segmen
     print("_memory_viz.py %s: exit %d, %s %d bytes %s" % (kind, r.returncode, target,
           os.path.getsize(dest) if os.path.exists(dest) else -1, r.stderr.strip()[-300:]))
     assert r.returncode == 0
+    if os.path.getsize(dest) < KEEP_BELOW:  # for bench/render_memory_viz.sh, on a machine with a browser
+        shutil.copy(dest, os.path.join(out, target))
 for kind in ("stats", "trace"):
     r = subprocess.run([sys.executable, viz, kind, path], capture_output=True, text=True)
     text = r.stdout
