@@ -172,11 +172,15 @@ def memory_summary(device=None):
 
 # ---- seeing memory: history, snapshots in PyTorch's structure, leak reports ----------------------------
 
-def record_memory_history(enabled=True, max_entries=100000, stacks=False, device=None, ordered=False):
+def record_memory_history(enabled=True, max_entries=100000, stacks=False, device=None, ordered=True):
     """Starts (or, with enabled=False, stops) tidepool's history of allocator events on one device (all
-    devices if device is None). stacks=True records each event's native call stack. ordered=True keeps
-    the events of several threads (PyTorch's autograd runs on its own) in their exact order, as a trace
-    for dump_trace needs, at some cost per event; otherwise they interleave in blocks of 64."""
+    devices if device is None). stacks=True records each event's native call stack.
+
+    ordered=True (the default, as PyTorch's own history is) keeps the events of several threads in
+    their exact order: PyTorch's autograd frees on a thread of its own, and memory_snapshot()'s
+    device_traces and dump_trace need every free after its allocation. ordered=False costs less per
+    event (a thread claims slots 64 at a time), but two threads' events then interleave in blocks of
+    up to 64: a free can come before its allocation, and dump_trace refuses such a history."""
     shim = _require()
     devices = range(torch.cuda.device_count()) if device is None else [_device_index(device)]
     for d in devices:
@@ -204,7 +208,8 @@ def memory_snapshot():
     """A snapshot of every device's tidepool allocator in the structure of PyTorch's
     torch.cuda.memory._snapshot(): "segments" (each with "blocks" in the states active_allocated,
     active_pending_free and inactive) and "device_traces" (the events of tidepool's history, if one was
-    recorded: alloc, free_requested, free_completed, segment_alloc, segment_free, oom)."""
+    recorded: alloc, free_requested, free_completed, segment_alloc, segment_free, oom; in order unless
+    it was recorded with ordered=False)."""
     shim = _require()
     segments, traces = [], []
     for d in range(torch.cuda.device_count()):
@@ -256,9 +261,9 @@ def dump_trace(path, device=None):
     from . import trace
     history = json.loads(_require().history_json(_device_index(device)))
     if not history.get("ordered"):
-        raise RuntimeError("tidepool.torch.dump_trace: the history was recorded without ordered=True, so "
+        raise RuntimeError("tidepool.torch.dump_trace: the history was recorded with ordered=False, so "
                            "the events of PyTorch's threads may be out of order (a free before its "
-                           "allocation); record it with record_memory_history(ordered=True)")
+                           "allocation); record it with record_memory_history(ordered=True), the default")
     lines, _ = trace.write_trace(history, path)
     return lines
 

@@ -198,6 +198,36 @@ def test_snapshot_history_and_leak_report():
     del keep
 
 
+def misordered_frees(trace):
+    """Frees in a snapshot's device trace that come before their allocation."""
+    live, misordered = set(), 0
+    for e in trace:
+        if e["action"] == "alloc":
+            live.add(e["addr"])
+        elif e["action"] == "free_requested":
+            misordered += e["addr"] not in live
+            live.discard(e["addr"])
+    return misordered
+
+
+def test_snapshot_trace_in_order():
+    """With the defaults, the snapshot's trace of training steps (autograd frees on its own thread) has
+    every free after its allocation, as PyTorch's memory visualizer replays it."""
+    model = torch.nn.Transformer(d_model=128, nhead=4, num_encoder_layers=2, num_decoder_layers=2).cuda()
+    x = torch.randn(32, 16, 128, device="cuda")
+    torch.cuda.synchronize()
+    tt.record_memory_history(max_entries=200000)
+    for _ in range(5):
+        model(x, x).sum().backward()
+    torch.cuda.synchronize()
+    trace = tt.memory_snapshot()["device_traces"][torch.cuda.current_device()]
+    tt.record_memory_history(enabled=False)
+    frees = sum(e["action"] == "free_requested" for e in trace)
+    bad = misordered_frees(trace)
+    check(frees > 100 and bad == 0, "memory_snapshot(): %d frees in the trace of 5 training steps, %d before "
+          "their allocation" % (frees, bad))
+
+
 def test_dump_trace():
     """A training step with backward (autograd's own thread allocates too) recorded in order and written
     as a trace: every free follows its allocation, and the empty_cache call is a line of its own."""
@@ -223,7 +253,7 @@ def test_dump_trace():
             live.discard(ident)
     check(n == len(lines) and n > 20 and misordered == 0 and lines.count("e,0,0,0") == 1,
           "dump_trace(): %d operations, every free after its allocation, one empty_cache line" % n)
-    tt.record_memory_history(max_entries=1000)
+    tt.record_memory_history(max_entries=1000, ordered=False)
     try:
         tt.dump_trace("/tmp/unordered.csv")
         check(False, "dump_trace() refuses a history recorded without ordered=True")
@@ -244,6 +274,7 @@ def main():
     test_out_of_memory_raises_torch_oom()
     test_training_step_and_cublas()
     test_snapshot_history_and_leak_report()
+    test_snapshot_trace_in_order()
     test_dump_trace()
     if failures:
         print("%d check(s) failed" % len(failures))
