@@ -102,7 +102,9 @@ void block_recycle(struct heap *h, struct block *b)
 
 tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, struct heap **out)
 {
-    struct heap *h = calloc(1, sizeof *h);
+    struct heap *h = aligned_alloc(_Alignof(struct heap), sizeof *h);
+    if (h)
+        memset(h, 0, sizeof *h);
     if (!h)
         return tide__fail(TIDE_EHOSTMEM, "out of host memory creating the heap of stream 0x%llx",
                           (unsigned long long)stream);

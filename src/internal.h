@@ -398,8 +398,11 @@ struct fence_queue {                  /* fences recorded on one stream, oldest f
 };
 struct block_chunk;
 
+/* Aligned to 128 bytes and a whole number of them: each stream's heap is written by its own thread at
+ * every operation (the lock, the statistics at its end), so no line, nor the pair of lines a CPU
+ * fetches together, may hold parts of two heaps. */
 struct heap {
-    spin_lock lock;
+    _Alignas(128) spin_lock lock;
     tide_allocator *owner;
     tide_stream stream;
     uint32_t index;
