@@ -16,6 +16,11 @@
  *
  * Faults can be injected into any backend call (the Nth call fails), and every call is counted, so
  * tests can assert exactly what tidepool asked of the device.
+ *
+ * Addresses are the same from run to run: each mapping asks for the next address of a range far from
+ * what the C library maps (sim_address_hint), and the kernel gives it wherever it is free. Two runs of
+ * one sequence of calls, or two builds of tidepool, then hand out the same pointers, and a test can
+ * compare them (tests/test_parking.c).
  */
 #include "internal.h"
 
@@ -59,6 +64,27 @@ struct sim_segment {
 };
 
 #define SIM_PAGE_SIZE (2 * MiB)
+
+/* Where the next mapping would like to be: a bump pointer over [32 TiB, 96 TiB), shared by every
+ * simulated device of the process, which starts over at the bottom when it reaches the top (32 TiB:
+ * above AddressSanitizer's shadow, which ends just past 16 TiB). A hint, not MAP_FIXED: where the
+ * kernel cannot honour it, the mapping lands elsewhere, and only the sameness of addresses across runs
+ * is lost. */
+#define SIM_HINT_BASE ((uintptr_t)32 << 40)
+#define SIM_HINT_TOP ((uintptr_t)96 << 40)
+static _Atomic(uintptr_t) sim_next_hint = SIM_HINT_BASE;
+
+static void *sim_address_hint(size_t size)
+{
+    uintptr_t step = round_up(size, SIM_PAGE_SIZE) + SIM_PAGE_SIZE; /* and a page of gap */
+    uintptr_t hint = atomic_fetch_add(&sim_next_hint, step);
+    if (hint + step > SIM_HINT_TOP) {
+        uintptr_t expected = hint + step;
+        atomic_compare_exchange_strong(&sim_next_hint, &expected, SIM_HINT_BASE);
+        return NULL;
+    }
+    return (void *)hint;
+}
 
 struct sim_vrange {                   /* an address range reserved by va_reserve */
     uintptr_t addr;
@@ -353,8 +379,8 @@ static tide_status sim_reserve(void *ctx, size_t size, uintptr_t *out)
         tide_backend_error("sim: out of host memory to track a segment");
         return TIDE_EHOSTMEM;
     }
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
-                   0);
+    void *p = mmap(sim_address_hint(size), size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         tide_backend_error("sim: mmap of %zu bytes failed: %s", size, strerror(errno));
         return TIDE_ENOMEM;
@@ -594,8 +620,8 @@ static tide_status sim_va_reserve(void *ctx, size_t size, uintptr_t *out)
     }
     uint64_t *ids = calloc(size / SIM_PAGE_SIZE, sizeof *ids);
     /* Inaccessible until mapped; over-reserved by a page so that it can be aligned to one. */
-    void *p = ids ? mmap(NULL, size + SIM_PAGE_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                         -1, 0)
+    void *p = ids ? mmap(sim_address_hint(size + SIM_PAGE_SIZE), size + SIM_PAGE_SIZE, PROT_NONE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
                   : MAP_FAILED;
     if (p == MAP_FAILED) {
         free(ids);
