@@ -436,10 +436,19 @@ tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream,
     if (s != TIDE_OK)
         return s;
 
-    heap_lock(h);
-    if (h->pending_head)
-        lifecycle_poll(h);
-    struct block *b = heap_take_fit(h, pool, rounded, size, &s);
+    heap_lock_fast(h);
+    struct block *b = NULL;
+    if (h->parked) { /* pending blocks drain first, and their merges follow the parked block's */
+        if (h->parked->size == rounded && !h->pending_head)
+            b = heap_reuse_parked(h, pool, rounded, size);
+        if (!b)
+            heap_settle(h);
+    }
+    if (!b) {
+        if (h->pending_head)
+            lifecycle_poll(h);
+        b = heap_take_fit(h, pool, rounded, size, &s);
+    }
     heap_unlock(h);
     if (!b && s == TIDE_OK) {
         s = pressure_malloc(t, h, pool, rounded, size, &b);

@@ -130,6 +130,74 @@ struct block *free_index_find(const struct free_index *fi, size_t size, size_t o
     return NULL;
 }
 
+/* free_index_find's decision, taken on the index as a merge would leave it: the merged block first in
+ * its class, `absorbed` gone. Each step mirrors a step of free_index_find. */
+bool free_index_would_find(const struct free_index *fi, size_t size, size_t oversize_min,
+                           size_t merged_size, const struct block *absorbed)
+{
+    unsigned fl, sl, mfl, msl;
+    class_of(size, &fl, &sl);
+    class_of(merged_size, &mfl, &msl);
+    bool merged_acceptable = merged_size < oversize_min ||
+                             (size >= oversize_min && merged_size - size < TIDE_OVERSIZE_SLACK);
+
+    /* The request's own class: the merged block would be its first. */
+    size_t best = 0;
+    bool best_is_merged = false;
+    unsigned seen = 0;
+    if (mfl == fl && msl == sl) {
+        seen = 1;
+        if (merged_acceptable) {
+            if (merged_size == size)
+                return true;
+            best = merged_size;
+            best_is_merged = true;
+        }
+    }
+    for (struct block *b = fi->heads[fl][sl]; b != fi->end && seen < TIDE_FIT_SCAN; b = b->link_next) {
+        if (b == absorbed)
+            continue;
+        seen++;
+        if (b->size < size || !acceptable(b, size, oversize_min))
+            continue;
+        if (b->size == size)
+            return false;
+        if (!best || b->size < best) {
+            best = b->size;
+            best_is_merged = false;
+        }
+    }
+    if (best)
+        return best_is_merged;
+
+    /* The next class that holds blocks, the absorbed block's class counting as empty if it was its
+     * only block; the merged block's class if that comes first. Its first block is then the merged
+     * one. */
+    bool above = mfl > fl || (mfl == fl && msl > sl);
+    if (!above)
+        return false;
+    unsigned cfl, csl;
+    bool found = next_class(fi, fl, sl, &cfl, &csl);
+    while (found && fi->heads[cfl][csl] == absorbed && absorbed->link_next == fi->end)
+        found = next_class(fi, cfl, csl, &cfl, &csl);
+    if (found && (cfl < mfl || (cfl == mfl && csl < msl)))
+        return false;
+    return merged_acceptable;
+}
+
+void free_index_to_front(struct free_index *fi, struct block *b)
+{
+    struct block **head = &fi->heads[b->fl][b->sl];
+    if (*head == b)
+        return;
+    *b->link_pprev = b->link_next;
+    b->link_next->link_pprev = b->link_pprev;
+    b->link_next = *head;
+    b->link_pprev = head;
+    (*head)->link_pprev = &b->link_next;
+    *head = b;
+}
+
 bool free_index_contains(const struct free_index *fi, const struct block *b)
 {
     unsigned fl, sl;

@@ -154,11 +154,16 @@ static bool covers_segment(const struct block *b) { return b->size == b->seg->si
  * tide_malloc and tide_free that empties a segment each time read it at every free: 10 ns of 60 on
  * the H200 machine). Those segments are stamped 0, and they are indeed older than any segment idled
  * after a second heap appeared; the list stays oldest first, as tide_check requires. */
-static void idle_append(struct heap *h, struct segment *seg)
+static uint64_t idle_stamp(const struct heap *h)
+{
+    bool several_heaps = atomic_load_explicit(&h->owner->nheaps, memory_order_relaxed) > 1;
+    return several_heaps ? idle_clock() : 0;
+}
+
+static void idle_append_at(struct heap *h, struct segment *seg, uint64_t since)
 {
     seg->idle = true;
-    bool several_heaps = atomic_load_explicit(&h->owner->nheaps, memory_order_relaxed) > 1;
-    seg->idle_since = several_heaps ? idle_clock() : 0;
+    seg->idle_since = since;
     seg->idle_next = NULL;
     seg->idle_prev = h->idle_tail;
     if (h->idle_tail)
@@ -167,6 +172,8 @@ static void idle_append(struct heap *h, struct segment *seg)
         h->idle_head = seg;
     h->idle_tail = seg;
 }
+
+static void idle_append(struct heap *h, struct segment *seg) { idle_append_at(h, seg, idle_stamp(h)); }
 
 static void idle_unlink(struct heap *h, struct segment *seg)
 {
@@ -204,18 +211,19 @@ static void segment_unlink(struct heap *h, struct segment *seg)
 
 /* ---- taking and returning blocks ------------------------------------------------------------------ */
 
-static bool worth_splitting(const struct block *b, size_t rounded, size_t oversize_min)
+/* Whether a FREE block of size bytes in seg, taken for rounded bytes, is split. */
+static bool worth_splitting(const struct segment *seg, size_t size, size_t rounded, size_t oversize_min)
 {
-    size_t rest = b->size - rounded;
-    if (b->seg->pool == POOL_SMALL)
+    size_t rest = size - rounded;
+    if (seg->pool == POOL_SMALL)
         return rest >= TIDE_UNIT;
     /* Oversize blocks stay whole, as max_split_size_mb promises. */
-    if (b->size >= oversize_min)
+    if (size >= oversize_min)
         return false;
     /* In a run of pages every size shares the pool (pool_for_size), so any rest can serve a later
      * request, and its whole pages can be unmapped; in a reserved segment a small rest would only
      * fragment the large pool. */
-    return b->seg->arena ? rest >= TIDE_UNIT : rest > TIDE_LARGE_SPLIT_MIN_REST;
+    return seg->arena ? rest >= TIDE_UNIT : rest > TIDE_LARGE_SPLIT_MIN_REST;
 }
 
 /* Makes the FREE block b ACTIVE for rounded bytes, splitting off the rest if worth it. */
@@ -236,7 +244,7 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
         idle_unlink(h, b->seg);
     }
 
-    if (worth_splitting(b, rounded, h->owner->conf.max_split_size)) {
+    if (worth_splitting(b->seg, b->size, rounded, h->owner->conf.max_split_size)) {
         struct block *rest = block_new(h);
         if (rest) { /* without host memory for a block struct, hand out the whole block instead */
             rest->seg = b->seg;
@@ -294,7 +302,8 @@ struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rou
     return heap_take_block(h, b, rounded, requested, status);
 }
 
-size_t heap_make_free(struct heap *h, struct block *b)
+/* heap_make_free, with the time the segment goes idle at (if it does) given or read now. */
+static size_t make_free(struct heap *h, struct block *b, bool stamp_given, uint64_t since)
 {
     struct free_index *fi = &h->free[b->seg->pool];
     b->state = BLOCK_FREE;
@@ -323,8 +332,75 @@ size_t heap_make_free(struct heap *h, struct block *b)
     free_index_insert(fi, b);
     if (!covers_segment(b))
         return 0;
-    idle_append(h, b->seg);
+    idle_append_at(h, b->seg, stamp_given ? since : idle_stamp(h));
     return b->seg->size;
+}
+
+size_t heap_make_free(struct heap *h, struct block *b) { return make_free(h, b, false, 0); }
+
+/* ---- the parked block ------------------------------------------------------------------------------ */
+
+/* The size of b's segment if merging b with its FREE neighbours would leave the segment wholly free
+ * (FREE neighbours are merged already, so only the next ones can be FREE), else 0. */
+static size_t merge_would_cover(const struct block *b)
+{
+    const struct block *prev = b->prev, *next = b->next;
+    bool low = !prev || (prev->state == BLOCK_FREE && !prev->prev);
+    bool high = !next || (next->state == BLOCK_FREE && !next->next);
+    return low && high ? b->seg->size : 0;
+}
+
+size_t heap_park(struct heap *h, struct block *b)
+{
+    if (h->parked)
+        heap_settle(h);
+    b->state = BLOCK_PARKED;
+    b->requested = 0;
+    block_uses_clear(b);
+    h->parked = b;
+    h->parked_covers = merge_would_cover(b);
+    /* read now, as the merge would have: the idle list's order across heaps is by this time */
+    h->parked_since = h->parked_covers ? idle_stamp(h) : 0;
+    return h->parked_covers;
+}
+
+void heap_settle(struct heap *h)
+{
+    struct block *b = h->parked;
+    h->parked = NULL;
+    /* It stayed in the pointer map while parked, so that taking it back costs no insertion. */
+    ptr_map_remove(&h->map, b);
+    make_free(h, b, true, h->parked_since);
+}
+
+struct block *heap_reuse_parked(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested)
+{
+    struct block *b = h->parked, *prev = b->prev, *next = b->next;
+    /* The merge would start at a FREE block before it, and the split there: another address. A block
+     * larger than the request would be split, and the rest left elsewhere. */
+    if (b->size != rounded || b->seg->pool != pool || (prev && prev->state == BLOCK_FREE))
+        return NULL;
+    size_t max_split = h->owner->conf.max_split_size;
+    bool absorbs_next = next && next->state == BLOCK_FREE;
+    size_t merged = rounded + (absorbs_next ? next->size : 0);
+    /* With a FREE block after it, the merged block would be split again at rounded bytes: unless it
+     * would not be (an oversize block stays whole), the layout comes back as it is. */
+    if (absorbs_next && !worth_splitting(b->seg, merged, rounded, max_split))
+        return NULL;
+    if (!free_index_would_find(&h->free[pool], rounded, max_split, merged, absorbs_next ? next : NULL))
+        return NULL;
+    /* What the merge, the search and the split would have changed besides: the split's rest, the
+     * FREE block after b again, filed at the front of its class (in the very struct, which the merge
+     * recycles and the split takes back); the segment put on the idle list and taken off it. */
+    if (absorbs_next)
+        free_index_to_front(&h->free[pool], next);
+    h->parked = NULL;
+    b->state = BLOCK_ACTIVE;
+    b->tag = NULL;
+    b->site = NULL;
+    b->requested = requested;
+    stats_take(&h->stats, pool, (int64_t)b->size, (int64_t)requested, (int64_t)h->parked_covers);
+    return b;
 }
 
 /* ---- releasing and re-adopting whole segments -------------------------------------------------------- */

@@ -68,7 +68,9 @@
 #define TIDE_MAX_HEAPS 1024                   /* streams one allocator serves */
 
 enum pool_kind { POOL_SMALL = 0, POOL_LARGE = 1, POOL_KINDS = 2 };
-enum block_state { BLOCK_FREE = 0, BLOCK_ACTIVE = 1, BLOCK_PENDING = 2 };
+/* PARKED: freed with nothing holding it, and not yet merged into the cache (heap_park): counted as
+ * FREE by the statistics, seen by no code but the next tide_malloc and tide_free on its heap. */
+enum block_state { BLOCK_FREE = 0, BLOCK_ACTIVE = 1, BLOCK_PENDING = 2, BLOCK_PARKED = 3 };
 
 struct heap;
 struct segment;
@@ -177,6 +179,13 @@ void free_index_remove(struct free_index *fi, struct block *b);
  * requests of oversize_min or more, and only if no more than TIDE_OVERSIZE_SLACK larger. */
 struct block *free_index_find(const struct free_index *fi, size_t size, size_t oversize_min);
 bool free_index_contains(const struct free_index *fi, const struct block *b);
+/* Whether free_index_find(fi, size, oversize_min) would return a block of merged_size bytes, were it
+ * filed now (at the front of its class) and `absorbed` (a filed block, or NULL) removed: the index a
+ * merge would leave, without making it. */
+bool free_index_would_find(const struct free_index *fi, size_t size, size_t oversize_min,
+                           size_t merged_size, const struct block *absorbed);
+/* Moves the filed block b to the front of its class, where filing it again would put it. */
+void free_index_to_front(struct free_index *fi, struct block *b);
 
 /* ---- ptr_map.c: address -> block for the blocks users hold (ACTIVE and PENDING), per heap -------- */
 struct ptr_map {
@@ -418,6 +427,9 @@ struct heap {
     void **fence_pool;                        /* created, unused fences */
     uint32_t nfence_pool, fence_pool_cap;
     struct arena *arenas[POOL_KINDS];         /* expandable segments: address ranges, per pool */
+    struct block *parked;                     /* the last block freed, not merged yet (heap_park) */
+    size_t parked_covers;                     /* its segment's size if merging it empties the segment */
+    uint64_t parked_since;                    /* ... and then the idle time it was freed at */
     struct block *spare_blocks;               /* recycled block structs */
     struct block_chunk *chunks;
     struct heap_stats stats;
@@ -442,11 +454,32 @@ struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rou
 /* Under h->lock: make a block FREE, merge it with its FREE neighbours, file it. Returns the size of its
  * segment if that became wholly free, else 0 (for the statistics, which the caller keeps). */
 size_t heap_make_free(struct heap *h, struct block *b);
+/* Under h->lock, instead of heap_make_free for a block whose free completes at once: parks b (the
+ * previous parked block settled first) and returns what heap_make_free would (the statistics are
+ * kept as for a merge). The merge happens when anything else takes the heap's lock; the next
+ * tide_malloc on the heap takes b back instead, when that is exactly what the merge and the search
+ * would have given it (heap_reuse_parked). A pair of tide_free and tide_malloc of one size, the most
+ * common pattern of a training loop, then skips the merge, the search and the split, and leaves the
+ * heap as they would have. */
+size_t heap_park(struct heap *h, struct block *b);
+/* Under h->lock, no pending blocks: the parked block as an ACTIVE block of rounded bytes, or NULL if
+ * the merge and search would have placed the request elsewhere (then settle and search). */
+struct block *heap_reuse_parked(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested);
 /* Under h->lock: detach wholly free segments (oldest first) idle since at or before `before` (by
  * idle_clock), until `want` bytes are detached; they go on *out (linked by next). Returns the bytes
  * detached. */
 size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct segment **out);
-static inline void heap_lock(struct heap *h) { spin_lock_acquire(&h->lock); }
+/* Under h->lock: merges the parked block into the cache, as tide_free would have at once. */
+void heap_settle(struct heap *h);
+/* Every path but tide_malloc's takes a heap's lock with heap_lock, which settles the parked block
+ * first: no other code sees one. tide_malloc takes it with heap_lock_fast, to reuse the block. */
+static inline void heap_lock(struct heap *h)
+{
+    spin_lock_acquire(&h->lock);
+    if (h->parked)
+        heap_settle(h);
+}
+static inline void heap_lock_fast(struct heap *h) { spin_lock_acquire(&h->lock); }
 static inline void heap_unlock(struct heap *h) { spin_lock_release(&h->lock); }
 /* Under h->lock: put back a segment whose release failed. */
 void heap_reattach_idle(struct heap *h, struct segment *seg);

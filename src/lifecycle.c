@@ -211,8 +211,14 @@ tide_status lifecycle_free(struct heap *h, struct block *b)
     /* one slot for both: requested, and completed at once */
     HISTORY_EVENT(h->owner, TIDE_EVENT_FREE_REQUESTED | HISTORY_COMPLETED_AT_ONCE, h->stream,
                   b->addr + h->owner->guard, b->size);
+#ifdef TIDE_NO_PARKING
+    /* Built only into a test's second library, which must behave exactly as this one: see
+     * tests/CMakeLists.txt (parking_is_invisible). */
     ptr_map_remove(&h->map, b);
     stats_active_to_free(&h->stats, pool, size, requested, (int64_t)heap_make_free(h, b));
+#else
+    stats_active_to_free(&h->stats, pool, size, requested, (int64_t)heap_park(h, b));
+#endif
     return TIDE_OK;
 }
 
