@@ -15,9 +15,11 @@
  *
  * Everything here is synchronous, so that the runs are the same: a block used on another stream is
  * freed after that stream is synchronized (its fence has signalled by the next allocation).
- * Allocations use the first stream only: with two heaps, the statistics of a run were seen to differ
- * from the next run's about once in 30, with or without parking (allocated_bytes.all.peak; not
- * understood yet), which this comparison cannot tell from a difference parking makes.
+ * Allocations use the first stream only. With two heaps, which heap's idle segment goes back first
+ * when memory must be released (growth past the most ever reserved, trim, a limit) is decided by a
+ * coarse clock, whose ties fall either way from run to run; each heap's peaks, and so their sums, then
+ * differ (about one run in 30, with or without parking), which this comparison could not tell from a
+ * difference parking makes.
  */
 #include "harness.h"
 
