@@ -17,10 +17,10 @@
  * Faults can be injected into any backend call (the Nth call fails), and every call is counted, so
  * tests can assert exactly what tidepool asked of the device.
  *
- * Addresses are the same from run to run: each mapping asks for the next address of a range far from
- * what the C library maps (sim_address_hint), and the kernel gives it wherever it is free. Two runs of
- * one sequence of calls, or two builds of tidepool, then hand out the same pointers, and a test can
- * compare them (tests/test_parking.c).
+ * Addresses are the same from run to run: each mapping asks for the lowest free address of a range far
+ * from what the C library maps (host_map), and the kernel gives it wherever it is free. Two runs of one
+ * sequence of calls, or two builds of tidepool, then hand out the same pointers, and a test can compare
+ * them (tests/test_parking.c).
  */
 #include "internal.h"
 
@@ -65,25 +65,76 @@ struct sim_segment {
 
 #define SIM_PAGE_SIZE (2 * MiB)
 
-/* Where the next mapping would like to be: a bump pointer over [32 TiB, 96 TiB), shared by every
- * simulated device of the process, which starts over at the bottom when it reaches the top (32 TiB:
- * above AddressSanitizer's shadow, which ends just past 16 TiB). A hint, not MAP_FIXED: where the
- * kernel cannot honour it, the mapping lands elsewhere, and only the sameness of addresses across runs
- * is lost. */
+/* Where mappings go: the lowest free addresses of [32 TiB, 96 TiB) (above AddressSanitizer's shadow,
+ * which ends just past 16 TiB), first fit over the ranges that every simulated device of the process
+ * holds, each followed by a page of gap. Released ranges are used again, as the kernel would, so
+ * tools that keep state per address (valgrind's shadow memory) do not grow without bound. The address
+ * is a hint, not MAP_FIXED: where the kernel cannot honour it, the mapping lands elsewhere, and only
+ * the sameness of addresses across runs is lost. */
 #define SIM_HINT_BASE ((uintptr_t)32 << 40)
 #define SIM_HINT_TOP ((uintptr_t)96 << 40)
-static _Atomic(uintptr_t) sim_next_hint = SIM_HINT_BASE;
+static pthread_mutex_t claims_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct claim {
+    uintptr_t start, end;
+} *claims;                            /* sorted by address, disjoint */
+static size_t nclaims, claims_cap;
 
-static void *sim_address_hint(size_t size)
+/* Claims the lowest free range of `claim` bytes and returns its address, or NULL. */
+static void *address_claim(size_t claim)
 {
-    uintptr_t step = round_up(size, SIM_PAGE_SIZE) + SIM_PAGE_SIZE; /* and a page of gap */
-    uintptr_t hint = atomic_fetch_add(&sim_next_hint, step);
-    if (hint + step > SIM_HINT_TOP) {
-        uintptr_t expected = hint + step;
-        atomic_compare_exchange_strong(&sim_next_hint, &expected, SIM_HINT_BASE);
-        return NULL;
+    void *out = NULL;
+    pthread_mutex_lock(&claims_lock);
+    uintptr_t at = SIM_HINT_BASE;
+    size_t i = 0;
+    for (; i < nclaims && claims[i].start < at + claim; i++)
+        at = claims[i].end > at ? claims[i].end : at;
+    if (at + claim <= SIM_HINT_TOP) {
+        if (nclaims == claims_cap) {
+            size_t cap = claims_cap ? 2 * claims_cap : 64;
+            struct claim *grown = realloc(claims, cap * sizeof *grown);
+            if (grown) {
+                claims = grown;
+                claims_cap = cap;
+            }
+        }
+        if (nclaims < claims_cap) {
+            memmove(&claims[i + 1], &claims[i], (nclaims - i) * sizeof *claims);
+            claims[i] = (struct claim){at, at + claim};
+            nclaims++;
+            out = (void *)at;
+        }
     }
-    return (void *)hint;
+    pthread_mutex_unlock(&claims_lock);
+    return out;
+}
+
+/* Gives back the claimed range holding addr, if any. */
+static void address_release(uintptr_t addr)
+{
+    pthread_mutex_lock(&claims_lock);
+    for (size_t i = 0; i < nclaims; i++)
+        if (claims[i].start <= addr && addr < claims[i].end) {
+            memmove(&claims[i], &claims[i + 1], (nclaims - i - 1) * sizeof *claims);
+            nclaims--;
+            break;
+        }
+    pthread_mutex_unlock(&claims_lock);
+}
+
+/* An anonymous mapping of size bytes at the lowest free claimed range of size + a page. */
+static void *host_map(size_t size, int prot)
+{
+    void *hint = address_claim(size + SIM_PAGE_SIZE);
+    void *p = mmap(hint, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (hint && p != hint)
+        address_release((uintptr_t)hint);
+    return p;
+}
+
+static void host_unmap(uintptr_t addr, size_t size)
+{
+    munmap((void *)addr, size);
+    address_release(addr);
 }
 
 struct sim_vrange {                   /* an address range reserved by va_reserve */
@@ -379,8 +430,7 @@ static tide_status sim_reserve(void *ctx, size_t size, uintptr_t *out)
         tide_backend_error("sim: out of host memory to track a segment");
         return TIDE_EHOSTMEM;
     }
-    void *p = mmap(sim_address_hint(size), size, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = host_map(size, PROT_READ | PROT_WRITE);
     if (p == MAP_FAILED) {
         tide_backend_error("sim: mmap of %zu bytes failed: %s", size, strerror(errno));
         return TIDE_ENOMEM;
@@ -389,7 +439,7 @@ static tide_status sim_reserve(void *ctx, size_t size, uintptr_t *out)
     /* Someone else may have taken the memory while this thread mapped. */
     if (size > sim->total - sim->held || sim->nsegments == sim->segments_cap) {
         pthread_mutex_unlock(&sim->lock);
-        munmap(p, size);
+        host_unmap((uintptr_t)p, size);
         tide_backend_error("sim: out of device memory");
         return TIDE_ENOMEM;
     }
@@ -420,7 +470,7 @@ static tide_status sim_release(void *ctx, uintptr_t addr, size_t size)
     sim->held -= size;
     sim->held_segments--;
     pthread_mutex_unlock(&sim->lock);
-    munmap((void *)addr, size);
+    host_unmap(addr, size);
     return TIDE_OK;
 }
 
@@ -620,9 +670,7 @@ static tide_status sim_va_reserve(void *ctx, size_t size, uintptr_t *out)
     }
     uint64_t *ids = calloc(size / SIM_PAGE_SIZE, sizeof *ids);
     /* Inaccessible until mapped; over-reserved by a page so that it can be aligned to one. */
-    void *p = ids ? mmap(sim_address_hint(size + SIM_PAGE_SIZE), size + SIM_PAGE_SIZE, PROT_NONE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-                  : MAP_FAILED;
+    void *p = ids ? host_map(size + SIM_PAGE_SIZE, PROT_NONE) : MAP_FAILED;
     if (p == MAP_FAILED) {
         free(ids);
         tide_backend_error("sim: reserving an address range of %zu bytes failed", size);
@@ -638,7 +686,7 @@ static tide_status sim_va_reserve(void *ctx, size_t size, uintptr_t *out)
         struct sim_vrange *grown = realloc(sim->vranges, cap * sizeof *grown);
         if (!grown) {
             pthread_mutex_unlock(&sim->lock);
-            munmap((void *)addr, size);
+            host_unmap(addr, size);
             free(ids);
             tide_backend_error("sim: out of host memory to track an address range");
             return TIDE_EHOSTMEM;
@@ -677,7 +725,7 @@ static tide_status sim_va_release(void *ctx, uintptr_t addr, size_t size)
     free(r->page_ids);
     *r = sim->vranges[--sim->nvranges];
     pthread_mutex_unlock(&sim->lock);
-    munmap((void *)addr, size);
+    host_unmap(addr, size);
     return TIDE_OK;
 }
 
@@ -833,10 +881,10 @@ void tide_sim_destroy(tide_sim *sim)
     for (uint32_t i = 0; i < sim->nstreams; i++)
         stream_stop(sim->streams[i]);
     for (size_t i = 0; i < sim->nsegments; i++)
-        munmap((void *)sim->segments[i].addr, sim->segments[i].size);
+        host_unmap(sim->segments[i].addr, sim->segments[i].size);
     free(sim->segments);
     for (size_t i = 0; i < sim->nvranges; i++) {
-        munmap((void *)sim->vranges[i].addr, sim->vranges[i].size);
+        host_unmap(sim->vranges[i].addr, sim->vranges[i].size);
         free(sim->vranges[i].page_ids);
     }
     free(sim->vranges);
