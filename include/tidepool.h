@@ -509,6 +509,10 @@ typedef struct tide_sim_options {
     uint32_t struct_size;      /* sizeof(tide_sim_options) */
     uint64_t total_bytes;      /* device memory; default 80 GiB */
     uint32_t queue_depth;      /* queued items per stream before tide_sim_enqueue waits; default 1024 */
+    uint32_t same_addresses;   /* 1: memory is mapped at the same addresses in every run (the lowest
+                                  free ones from 32 TiB up), so that two runs, or two builds, can
+                                  compare pointers; 0 (default): wherever the kernel puts it (valgrind
+                                  is much slower with the former) */
 } tide_sim_options;
 
 /* opts may be NULL for the defaults. */

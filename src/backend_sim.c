@@ -17,10 +17,10 @@
  * Faults can be injected into any backend call (the Nth call fails), and every call is counted, so
  * tests can assert exactly what tidepool asked of the device.
  *
- * Addresses are the same from run to run: each mapping asks for the lowest free address of a range far
- * from what the C library maps (host_map), and the kernel gives it wherever it is free. Two runs of one
- * sequence of calls, or two builds of tidepool, then hand out the same pointers, and a test can compare
- * them (tests/test_parking.c).
+ * With same_addresses, addresses are the same from run to run: each mapping asks for the lowest free
+ * address of a range far from what the C library maps (host_map). Two runs of one sequence of calls,
+ * or two builds of tidepool, then hand out the same pointers, and a test can compare them
+ * (tests/test_parking.c).
  */
 #include "internal.h"
 
@@ -65,12 +65,40 @@ struct sim_segment {
 
 #define SIM_PAGE_SIZE (2 * MiB)
 
-/* Where mappings go: the lowest free addresses of [32 TiB, 96 TiB) (above AddressSanitizer's shadow,
- * which ends just past 16 TiB), first fit over the ranges that every simulated device of the process
- * holds, each followed by a page of gap. Released ranges are used again, as the kernel would, so
- * tools that keep state per address (valgrind's shadow memory) do not grow without bound. The address
- * is a hint, not MAP_FIXED: where the kernel cannot honour it, the mapping lands elsewhere, and only
- * the sameness of addresses across runs is lost. */
+
+struct sim_vrange {                   /* an address range reserved by va_reserve */
+    uintptr_t addr;
+    size_t size;
+    uint64_t *page_ids;               /* per page: the id of its mapping, 0 if not mapped */
+};
+
+struct fault_plan {
+    uint32_t skip, count;
+};
+
+struct tide_sim {
+    pthread_mutex_t lock;             /* everything below except the streams' queues */
+    uint64_t total, held, held_segments, live_fences;
+    uint32_t queue_depth;
+    bool same_addresses;              /* tide_sim_options.same_addresses: see host_map */
+    struct sim_stream **streams;      /* [0] is the default stream, handle 0 */
+    uint32_t nstreams, streams_cap;
+    struct sim_segment *segments;
+    uint64_t segment_ids;             /* the last id given, to a segment or a page's mapping */
+    size_t nsegments, segments_cap;
+    struct sim_vrange *vranges;
+    size_t nvranges, vranges_cap;
+    uint64_t mapped_pages;
+    struct fault_plan faults[TIDE_SIM_OP_COUNT];
+    uint64_t calls[TIDE_SIM_OP_COUNT], failures[TIDE_SIM_OP_COUNT];
+};
+
+/* With same_addresses, where mappings go: the lowest free addresses of [32 TiB, 96 TiB) (above
+ * AddressSanitizer's shadow, which ends just past 16 TiB), first fit over the ranges that every such
+ * simulated device of the process holds, each followed by a page of gap. Released ranges are used
+ * again. The address is a hint, not MAP_FIXED: where the kernel cannot honour it, the mapping lands
+ * elsewhere, and only the sameness of addresses across runs is lost. Off by default: valgrind runs the
+ * fault sweep's expandable half several times slower with mappings placed this way. */
 #define SIM_HINT_BASE ((uintptr_t)32 << 40)
 #define SIM_HINT_TOP ((uintptr_t)96 << 40)
 static pthread_mutex_t claims_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -121,47 +149,23 @@ static void address_release(uintptr_t addr)
     pthread_mutex_unlock(&claims_lock);
 }
 
-/* An anonymous mapping of size bytes at the lowest free claimed range of size + a page. */
-static void *host_map(size_t size, int prot)
+/* An anonymous mapping of size bytes: with same_addresses at the lowest free claimed range of size + a
+ * page, else where the kernel likes. */
+static void *host_map(const tide_sim *sim, size_t size, int prot)
 {
-    void *hint = address_claim(size + SIM_PAGE_SIZE);
+    void *hint = sim->same_addresses ? address_claim(size + SIM_PAGE_SIZE) : NULL;
     void *p = mmap(hint, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (hint && p != hint)
         address_release((uintptr_t)hint);
     return p;
 }
 
-static void host_unmap(uintptr_t addr, size_t size)
+static void host_unmap(const tide_sim *sim, uintptr_t addr, size_t size)
 {
     munmap((void *)addr, size);
-    address_release(addr);
+    if (sim->same_addresses)
+        address_release(addr);
 }
-
-struct sim_vrange {                   /* an address range reserved by va_reserve */
-    uintptr_t addr;
-    size_t size;
-    uint64_t *page_ids;               /* per page: the id of its mapping, 0 if not mapped */
-};
-
-struct fault_plan {
-    uint32_t skip, count;
-};
-
-struct tide_sim {
-    pthread_mutex_t lock;             /* everything below except the streams' queues */
-    uint64_t total, held, held_segments, live_fences;
-    uint32_t queue_depth;
-    struct sim_stream **streams;      /* [0] is the default stream, handle 0 */
-    uint32_t nstreams, streams_cap;
-    struct sim_segment *segments;
-    uint64_t segment_ids;             /* the last id given, to a segment or a page's mapping */
-    size_t nsegments, segments_cap;
-    struct sim_vrange *vranges;
-    size_t nvranges, vranges_cap;
-    uint64_t mapped_pages;
-    struct fault_plan faults[TIDE_SIM_OP_COUNT];
-    uint64_t calls[TIDE_SIM_OP_COUNT], failures[TIDE_SIM_OP_COUNT];
-};
 
 static const char *op_names[TIDE_SIM_OP_COUNT] = {
     "reserve", "release", "fence_create", "fence_record", "fence_query", "synchronize", "mem_info",
@@ -430,7 +434,7 @@ static tide_status sim_reserve(void *ctx, size_t size, uintptr_t *out)
         tide_backend_error("sim: out of host memory to track a segment");
         return TIDE_EHOSTMEM;
     }
-    void *p = host_map(size, PROT_READ | PROT_WRITE);
+    void *p = host_map(sim, size, PROT_READ | PROT_WRITE);
     if (p == MAP_FAILED) {
         tide_backend_error("sim: mmap of %zu bytes failed: %s", size, strerror(errno));
         return TIDE_ENOMEM;
@@ -439,7 +443,7 @@ static tide_status sim_reserve(void *ctx, size_t size, uintptr_t *out)
     /* Someone else may have taken the memory while this thread mapped. */
     if (size > sim->total - sim->held || sim->nsegments == sim->segments_cap) {
         pthread_mutex_unlock(&sim->lock);
-        host_unmap((uintptr_t)p, size);
+        host_unmap(sim, (uintptr_t)p, size);
         tide_backend_error("sim: out of device memory");
         return TIDE_ENOMEM;
     }
@@ -470,7 +474,7 @@ static tide_status sim_release(void *ctx, uintptr_t addr, size_t size)
     sim->held -= size;
     sim->held_segments--;
     pthread_mutex_unlock(&sim->lock);
-    host_unmap(addr, size);
+    host_unmap(sim, addr, size);
     return TIDE_OK;
 }
 
@@ -670,7 +674,7 @@ static tide_status sim_va_reserve(void *ctx, size_t size, uintptr_t *out)
     }
     uint64_t *ids = calloc(size / SIM_PAGE_SIZE, sizeof *ids);
     /* Inaccessible until mapped; over-reserved by a page so that it can be aligned to one. */
-    void *p = ids ? host_map(size + SIM_PAGE_SIZE, PROT_NONE) : MAP_FAILED;
+    void *p = ids ? host_map(sim, size + SIM_PAGE_SIZE, PROT_NONE) : MAP_FAILED;
     if (p == MAP_FAILED) {
         free(ids);
         tide_backend_error("sim: reserving an address range of %zu bytes failed", size);
@@ -686,7 +690,7 @@ static tide_status sim_va_reserve(void *ctx, size_t size, uintptr_t *out)
         struct sim_vrange *grown = realloc(sim->vranges, cap * sizeof *grown);
         if (!grown) {
             pthread_mutex_unlock(&sim->lock);
-            host_unmap(addr, size);
+            host_unmap(sim, addr, size);
             free(ids);
             tide_backend_error("sim: out of host memory to track an address range");
             return TIDE_EHOSTMEM;
@@ -725,7 +729,7 @@ static tide_status sim_va_release(void *ctx, uintptr_t addr, size_t size)
     free(r->page_ids);
     *r = sim->vranges[--sim->nvranges];
     pthread_mutex_unlock(&sim->lock);
-    host_unmap(addr, size);
+    host_unmap(sim, addr, size);
     return TIDE_OK;
 }
 
@@ -842,15 +846,18 @@ tide_status tide_sim_create(const tide_sim_options *opts, tide_sim **out)
     if (!out)
         return tide__fail(TIDE_EINVAL, "tide_sim_create: out is NULL");
     *out = NULL;
-    tide_sim_options o = {sizeof o, 80 * GiB, 1024};
+    tide_sim_options o = {sizeof o, 80 * GiB, 1024, 0};
     if (opts) {
-        if (opts->struct_size < sizeof o)
+        /* same_addresses came later: a caller built before it passes the smaller size */
+        if (opts->struct_size < offsetof(tide_sim_options, same_addresses))
             return tide__fail(TIDE_EINVAL, "tide_sim_create: set opts->struct_size = "
                               "sizeof(tide_sim_options)");
         if (opts->total_bytes)
             o.total_bytes = opts->total_bytes;
         if (opts->queue_depth)
             o.queue_depth = opts->queue_depth;
+        if (opts->struct_size >= offsetof(tide_sim_options, same_addresses) + sizeof o.same_addresses)
+            o.same_addresses = opts->same_addresses;
     }
     tide_sim *sim = calloc(1, sizeof *sim);
     if (!sim || !(sim->streams = calloc(4, sizeof *sim->streams))) {
@@ -860,6 +867,7 @@ tide_status tide_sim_create(const tide_sim_options *opts, tide_sim **out)
     pthread_mutex_init(&sim->lock, NULL);
     sim->total = o.total_bytes;
     sim->queue_depth = o.queue_depth;
+    sim->same_addresses = o.same_addresses != 0;
     sim->streams_cap = 4;
     tide_status s = stream_start(sim, &sim->streams[0]);
     if (s != TIDE_OK) {
@@ -881,10 +889,10 @@ void tide_sim_destroy(tide_sim *sim)
     for (uint32_t i = 0; i < sim->nstreams; i++)
         stream_stop(sim->streams[i]);
     for (size_t i = 0; i < sim->nsegments; i++)
-        host_unmap(sim->segments[i].addr, sim->segments[i].size);
+        host_unmap(sim, sim->segments[i].addr, sim->segments[i].size);
     free(sim->segments);
     for (size_t i = 0; i < sim->nvranges; i++) {
-        host_unmap(sim->vranges[i].addr, sim->vranges[i].size);
+        host_unmap(sim, sim->vranges[i].addr, sim->vranges[i].size);
         free(sim->vranges[i].page_ids);
     }
     free(sim->vranges);

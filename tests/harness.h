@@ -64,11 +64,10 @@ struct fixture {
     tide_allocator *t;
 };
 
-/* A simulated device of total bytes (0: 80 GiB) and an allocator with config conf. */
-static inline void fixture_open(struct fixture *f, uint64_t total, const char *conf)
+/* A simulated device made with options o and an allocator with config conf. */
+static inline void fixture_open_sim(struct fixture *f, const tide_sim_options *o, const char *conf)
 {
-    tide_sim_options o = {sizeof o, total, 0};
-    if (tide_sim_create(&o, &f->sim) != TIDE_OK) {
+    if (tide_sim_create(o, &f->sim) != TIDE_OK) {
         fprintf(stderr, "tide_sim_create: %s\n", tide_last_error());
         exit(2);
     }
@@ -77,6 +76,13 @@ static inline void fixture_open(struct fixture *f, uint64_t total, const char *c
         fprintf(stderr, "tide_create: %s\n", tide_last_error());
         exit(2);
     }
+}
+
+/* A simulated device of total bytes (0: 80 GiB) and an allocator with config conf. */
+static inline void fixture_open(struct fixture *f, uint64_t total, const char *conf)
+{
+    tide_sim_options o = {sizeof o, total, 0, 0};
+    fixture_open_sim(f, &o, conf);
 }
 
 /* Destroys the allocator (expecting a clean end) and the device, and checks nothing is left. */

@@ -5,8 +5,8 @@
  * several configurations and prints, for each, a digest of everything a program can see: every status
  * and pointer returned, the statistics every 64 calls, and the snapshot at the end. tests/CMakeLists.txt
  * builds it twice, against each library, and requires the two outputs to be equal
- * (parking_is_invisible). The simulated device maps memory at the same addresses in every run, so the
- * pointers of two processes compare.
+ * (parking_is_invisible). The simulated device is asked to map memory at the same addresses in every
+ * run (same_addresses), so the pointers of two processes compare.
  *
  * The sequence leans on what parking changes: a block freed and its size asked for again at once
  * (taken back, or not when the search would have placed the request elsewhere), with FREE, PENDING
@@ -171,7 +171,8 @@ static void run(const char *conf)
     memset(&w, 0, sizeof w);
     w.rng = 20261130;
     w.digest = 0xcbf29ce484222325ull;
-    fixture_open(&w.f, 8 * GIB, conf);
+    tide_sim_options o = {sizeof o, 8 * GIB, 0, 1}; /* memory at the same addresses in every run */
+    fixture_open_sim(&w.f, &o, conf);
     w.streams[0] = 0;
     CHECK_OK(tide_sim_stream_create(w.f.sim, &w.streams[1]));
     const char *trace = getenv("TIDE_PARKING_TRACE"); /* each call's digest, to find where two runs part */

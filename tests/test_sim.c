@@ -6,6 +6,7 @@
 #include "harness.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <time.h>
 
 static uint64_t now_us(void)
@@ -186,6 +187,45 @@ static void test_memory_is_sparse_real_and_accounted(void)
     tide_sim_destroy(sim);
 }
 
+/* Two devices with same_addresses, one after the other, reserve and release in the same order: the
+ * same addresses, a released range used again, and none of them where another device's memory is. */
+static void reserve_three(uintptr_t out[3], uintptr_t *again)
+{
+    tide_sim_options o = {sizeof o, 0, 0, 1};
+    tide_sim *sim;
+    CHECK_OK(tide_sim_create(&o, &sim));
+    tide_backend be = tide_sim_backend(sim);
+    CHECK_OK(be.reserve(be.ctx, 4 * MIB, &out[0]));
+    CHECK_OK(be.reserve(be.ctx, 20 * MIB, &out[1]));
+    CHECK_OK(be.va_reserve(be.ctx, 64 * MIB, &out[2]));
+    CHECK_OK(be.release(be.ctx, out[0], 4 * MIB));
+    CHECK_OK(be.reserve(be.ctx, 2 * MIB, again));
+    CHECK_OK(be.release(be.ctx, *again, 2 * MIB));
+    CHECK_OK(be.release(be.ctx, out[1], 20 * MIB));
+    CHECK_OK(be.va_release(be.ctx, out[2], 64 * MIB));
+    tide_sim_destroy(sim);
+}
+
+static void test_same_addresses_in_every_run(void)
+{
+    uintptr_t first[3], second[3], again1, again2;
+    reserve_three(first, &again1);
+    reserve_three(second, &again2);
+    CHECK(memcmp(first, second, sizeof first) == 0 && again1 == again2);
+    CHECK(first[0] >= (uintptr_t)32 << 40 && first[0] < (uintptr_t)96 << 40); /* as documented */
+    CHECK(again1 == first[0]);                           /* the lowest free range, used again */
+    CHECK(first[1] >= first[0] + 4 * MIB && first[2] >= first[1] + 20 * MIB); /* apart */
+    CHECK(first[2] % (2 * MIB) == 0);
+    /* A caller built before same_addresses existed passes the older, smaller size: still accepted. */
+    tide_sim_options older = {offsetof(tide_sim_options, same_addresses), GIB, 0, 1};
+    tide_sim *sim;
+    CHECK_OK(tide_sim_create(&older, &sim));
+    tide_sim_destroy(sim);
+    older.struct_size = 8;
+    CHECK_STATUS(tide_sim_create(&older, &sim), TIDE_EINVAL);
+    CHECK_MESSAGE("struct_size");
+}
+
 static void test_fault_injection_fails_exactly_the_planned_calls(void)
 {
     tide_sim *sim;
@@ -256,6 +296,7 @@ int main(void)
     RUN(test_fences_signal_when_the_stream_reaches_them);
     RUN(test_a_full_launch_queue_makes_the_host_wait);
     RUN(test_memory_is_sparse_real_and_accounted);
+    RUN(test_same_addresses_in_every_run);
     RUN(test_fault_injection_fails_exactly_the_planned_calls);
     RUN(test_fill_outlived_by_its_segment);
     return HARNESS_EXIT();
