@@ -69,7 +69,8 @@
 
 enum pool_kind { POOL_SMALL = 0, POOL_LARGE = 1, POOL_KINDS = 2 };
 /* PARKED: freed with nothing holding it, and not yet merged into the cache (heap_park): counted as
- * FREE by the statistics, seen by no code but the next tide_malloc and tide_free on its heap. */
+ * FREE by the statistics, still in the pointer map, and seen by no code but heap_park,
+ * heap_reuse_parked and heap_settle (every other path settles it first: heap_lock). */
 enum block_state { BLOCK_FREE = 0, BLOCK_ACTIVE = 1, BLOCK_PENDING = 2, BLOCK_PARKED = 3 };
 
 struct heap;
@@ -112,7 +113,7 @@ struct block {
     uint8_t fl, sl;                   /* FREE: its class in the free index, as filed */
     uint8_t needs_sync;               /* PENDING: a fence could not be recorded; a device synchronize
                                          that starts after sync_seq frees it */
-    uint32_t map_slot;                /* ACTIVE or PENDING: its slot in the heap's pointer map */
+    uint32_t map_slot;                /* ACTIVE, PENDING or PARKED: its slot in the heap's pointer map */
 
     size_t requested;                 /* ACTIVE: what the user asked for */
     uint32_t refs;                    /* references held by in-flight work (tide_retain) */
@@ -187,7 +188,7 @@ bool free_index_would_find(const struct free_index *fi, size_t size, size_t over
 /* Moves the filed block b to the front of its class, where filing it again would put it. */
 void free_index_to_front(struct free_index *fi, struct block *b);
 
-/* ---- ptr_map.c: address -> block for the blocks users hold (ACTIVE and PENDING), per heap -------- */
+/* ---- ptr_map.c: address -> block for the blocks users hold (ACTIVE, PENDING; PARKED), per heap -- */
 struct ptr_map {
     struct block **slots;
     size_t cap;                       /* a power of two, or 0 */
