@@ -65,7 +65,6 @@ struct sim_segment {
 
 #define SIM_PAGE_SIZE (2 * MiB)
 
-
 struct sim_vrange {                   /* an address range reserved by va_reserve */
     uintptr_t addr;
     size_t size;

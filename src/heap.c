@@ -103,11 +103,10 @@ void block_recycle(struct heap *h, struct block *b)
 tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, struct heap **out)
 {
     struct heap *h = aligned_alloc(_Alignof(struct heap), sizeof *h);
-    if (h)
-        memset(h, 0, sizeof *h);
     if (!h)
         return tide__fail(TIDE_EHOSTMEM, "out of host memory creating the heap of stream 0x%llx",
                           (unsigned long long)stream);
+    memset(h, 0, sizeof *h);
     h->owner = t;
     h->stream = stream;
     h->index = index;
