@@ -408,11 +408,13 @@ TIDE_API tide_status tide_check(tide_allocator *t);
 /* Seeing memory: history, snapshots, leak reports                                                   */
 /* ------------------------------------------------------------------------------------------------ */
 /*
- * The history is a ring buffer of events, off until tide_history_start (then each event costs a slot
- * and a timestamp; with TIDE_HISTORY_STACKS also the caller's native stack). When it is full the oldest
- * events are overwritten and counted as dropped. While it is on, each allocation also remembers its
- * tag (tide_set_tag) and its call site (the address tide_malloc was called from), which the snapshot
- * and the leak report show.
+ * The history is a ring buffer of events, off until tide_history_start. Each stream records its own
+ * events (allocations and frees) into a ring of its own, under the lock its operation holds anyway, so
+ * an event costs two stores; the rare others (segments, out of memory, empty_cache, annotations) go to
+ * a shared ring. When a ring is full its oldest events are overwritten and counted as dropped; reading
+ * returns the newest `capacity` events of all. While it is on, each allocation also remembers its tag
+ * (tide_set_tag) and its call site (the address tide_malloc was called from), which the snapshot and
+ * the leak report show.
  */
 
 typedef enum tide_event_kind {
@@ -432,13 +434,18 @@ typedef enum tide_event_kind {
 typedef struct tide_event {
     uint64_t seq;                  /* increasing from 0 since tide_history_start: the order of events (a
                                       free completed at once shares its request's). Numbers may be
-                                      skipped. One thread's events are in order; with several threads,
-                                      each takes numbers 64 at a time, so their events interleave in
-                                      blocks of up to 64 (TIDE_HISTORY_ORDERED: exactly in order) */
+                                      skipped. One stream's allocations and frees are in their exact
+                                      order, whatever threads made them; each stream takes numbers 512
+                                      at a time, so two streams' events interleave in blocks of up to
+                                      512, and so do a stream's with the segment, out-of-memory,
+                                      empty_cache and annotation events (TIDE_HISTORY_ORDERED: all
+                                      exactly in order) */
     uint64_t time_ns;              /* CLOCK_MONOTONIC; read at the first and last event of each block
-                                      of 64 numbers a thread takes, the events between placed by
+                                      of 512 numbers a stream takes, the events between placed by
                                       interpolation in seq order (off by at most the time between two
-                                      stamps); TIDE_HISTORY_ORDERED: read at every event */
+                                      stamps; in the block being filled, the time of its first event);
+                                      events outside streams, and all with TIDE_HISTORY_ORDERED: read at
+                                      every event */
     uint32_t kind;                 /* tide_event_kind */
     uint32_t nframes;              /* frames captured (TIDE_HISTORY_STACKS), innermost first */
     tide_stream stream;
@@ -453,15 +460,17 @@ typedef struct tide_event {
 TIDE_API const char *tide_event_kind_name(uint32_t kind);
 
 /* flags. TIDE_HISTORY_STACKS: capture the caller's native stack with each event. TIDE_HISTORY_ORDERED:
- * number and time every event on its own, so that the events of several threads are in the exact order
- * they happened (the order a trace for replay needs: every free after its allocation), at the price of
- * an atomic operation and a clock read per event. */
+ * number and time every event on its own, so that the events of several streams are in the exact order
+ * they happened (the order a trace for replay needs: every free after its allocation, even where a
+ * block moves between streams' segments), at the price of an atomic operation and a clock read per
+ * event. */
 enum { TIDE_HISTORY_STACKS = 1, TIDE_HISTORY_ORDERED = 2 };
 
-/* Starts recording into a new ring with room for `capacity` events (1 to 2^26, rounded up to a power
- * of two; its memory is taken and touched now), dropping what an earlier history held. A free that
- * completes at once takes one place and reads back as two events (requested, completed) with the same
- * seq. */
+/* Starts recording with room for the newest `capacity` events (1 to 2^26, rounded up to a power of
+ * two), dropping what an earlier history held. Each stream that records gets a ring of capacity + 512
+ * events of 16 bytes, taken and touched at its first event (the shared ring, at most 65,536 events of
+ * 56 bytes, now). A free that completes at once takes one place and reads back as two events
+ * (requested, completed) with the same seq. */
 TIDE_API tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flags);
 /* Stops recording; the events stay readable until the next start or tide_destroy. */
 TIDE_API tide_status tide_history_stop(tide_allocator *t);

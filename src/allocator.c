@@ -228,6 +228,7 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
     pthread_mutex_init(&t->pressure, NULL);
     pthread_mutex_init(&t->heaps_lock, NULL);
     pthread_mutex_init(&t->history_lock, NULL);
+    pthread_mutex_init(&t->history_write_lock, NULL);
     *out = t;
     return TIDE_OK;
 }
@@ -267,6 +268,7 @@ tide_status tide_destroy(tide_allocator *t)
     pthread_mutex_destroy(&t->heaps_lock);
     history_destroy_all(t);
     pthread_mutex_destroy(&t->history_lock);
+    pthread_mutex_destroy(&t->history_write_lock);
     tide_backend_close(&t->backend);
     free(t);
 
@@ -374,7 +376,7 @@ __attribute__((noinline)) static tide_status prepare_block(tide_allocator *t, st
                                                  t->conf.scrub ? "scrubbing" : "writing the guard of",
                                                  be->name);
     heap_lock(h);
-    lifecycle_free(h, b);
+    lifecycle_free(h, b, NULL);
     heap_unlock(h);
     return failed;
 }
@@ -449,19 +451,24 @@ tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream,
             lifecycle_poll(h);
         b = heap_take_fit(h, pool, rounded, size, &s);
     }
+    /* The alloc event is recorded under the lock, before anyone can free the block. */
+    if (b)
+        history_heap_alloc(h, b, size, site);
     heap_unlock(h);
     if (!b && s == TIDE_OK) {
         s = pressure_malloc(t, h, pool, rounded, size, &b);
         allocator_debug_check(t, 1, "tide_malloc (slow path)");
+        if (b) {
+            heap_lock(h);
+            history_heap_alloc(h, b, size, site);
+            heap_unlock(h);
+        }
     }
+    /* A block that fails here is freed again: its free event follows its alloc event. */
     if (b && __builtin_expect(t->conf.scrub || t->guard, 0) && (s = prepare_block(t, h, b)) != TIDE_OK)
         b = NULL;
-    if (b) {
+    if (b)
         *out = (void *)(b->addr + t->guard);
-        struct history *hist = atomic_load_explicit(&t->history, memory_order_acquire);
-        if (__builtin_expect(hist != NULL, 0))
-            history_on_alloc(hist, t, b, stream, size, site);
-    }
     allocator_debug_check(t, 2, "tide_malloc");
     return b ? TIDE_OK : s;
 }
@@ -470,7 +477,7 @@ tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream,
  * the heap's lock (held on entry, released here). The block is looked up again after the check, as
  * the program may (wrongly) free it from two threads at once. */
 __attribute__((noinline)) static tide_status free_with_guard(tide_allocator *t, void *ptr, struct heap *h,
-                                                             struct block *b)
+                                                             struct block *b, const void *site)
 {
     uintptr_t addr = b->addr;
     size_t size = b->size, requested = b->requested;
@@ -488,7 +495,7 @@ __attribute__((noinline)) static tide_status free_with_guard(tide_allocator *t, 
         heap_unlock(h);
         return tide__fail(TIDE_EINVAL, "tide_free of %p: freed twice at once", ptr);
     }
-    s = lifecycle_free(h, b);
+    s = lifecycle_free(h, b, site);
     heap_unlock(h);
     allocator_debug_check(t, 2, "tide_free");
     if (s == TIDE_OK && guard != TIDE_OK)
@@ -526,8 +533,8 @@ tide_status tide_free(tide_allocator *t, void *ptr)
     if (b->state == BLOCK_PENDING)
         return refuse_pending_free(h, ptr);
     if (__builtin_expect(t->guard != 0, 0))
-        return free_with_guard(t, ptr, h, b);
-    tide_status s = lifecycle_free(h, b);
+        return free_with_guard(t, ptr, h, b, __builtin_return_address(0));
+    tide_status s = lifecycle_free(h, b, __builtin_return_address(0));
     heap_unlock(h);
     allocator_debug_check(t, 2, "tide_free");
     return s;

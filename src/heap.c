@@ -111,6 +111,7 @@ tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, s
     h->stream = stream;
     h->index = index;
     h->pending_end = &h->pending_head;
+    history_heap_created(t, h);
     for (int pool = 0; pool < POOL_KINDS; pool++) {
         struct block *end = block_new(h);
         if (!end) {

@@ -1,24 +1,29 @@
 /*
- * The history: a ring buffer of events, and the tags and call sites of allocations while it is on.
+ * The history: rings of events, and the tags and call sites of allocations while it is on.
  *
- * Cheap when off: every place that records reads one pointer (HISTORY_EVENT in internal.h). When on, a
- * thread claims slots CHUNK at a time with one atomic add and fills them without a lock or another
- * atomic read-modify-write (a locked instruction per event would also make every event wait for the
- * last one's stores to reach memory); the slot's sequence number is written last, so a reader skips a
- * slot being filled, and the slots a thread claimed but has not filled yet. Timestamps (CLOCK_MONOTONIC)
- * are read twice per chunk, at its first and its last event: the events between (all the same
- * thread's) are placed in time by interpolating between the two. Reading the clock at every event
- * would cost more than the allocation it records. The price is order: two threads' events interleave
- * in blocks of a chunk. TIDE_HISTORY_ORDERED makes a chunk one slot, for those who need the exact
- * order (a trace to replay) more than the speed. (A CPU's cycle counter would be cheaper to read, but
- * on a virtual machine two CPUs' counters can disagree, and a thread that moves between them would
- * see its time go back.)
+ * Cheap when off: every place that records tests one pointer. When on, each stream's heap records its
+ * own events (allocations and frees, the bulk) into a ring of its own, under the heap's lock, which the
+ * operation holds anyway: the common event is two stores of 8 bytes and nothing shared. Events are
+ * numbered from one counter for the whole history, which a heap draws from CHUNK numbers at a time
+ * (one atomic add), and timed (CLOCK_MONOTONIC) at the first and the last event of each chunk; the
+ * events between are placed in time by interpolating between the two. Reading the clock at every event
+ * would cost more than the allocation it records (45 ns per read on the H200 machine).
  *
- * What an event costs when on (bench/results/2026-11-30-history.md): about 30 instructions on the fast
- * path, and the ring's footprint in the caches: every line of the ring is written once per lap, and a
- * ring larger than the core's L2 pushes the allocator's own blocks and maps out of it. Fetching the
- * lines ahead did not help (prefetch at the claim, or prefetchw ahead of each event), nor did
- * demoting written lines to the L3 (cldemote, twice as slow).
+ * The price is order between streams: one stream's events are in their exact order, whatever threads
+ * made them, but two streams' events interleave in blocks of up to a chunk, and so do a stream's events
+ * with the rare events recorded outside any heap's lock (segments, out of memory, empty_cache,
+ * annotations), which go to a shared ring where each is numbered and timed on its own.
+ * TIDE_HISTORY_ORDERED makes a chunk one event, for those who need the exact order across streams (a
+ * trace to replay) more than the speed. (A CPU's cycle counter would be cheaper to read than the
+ * clock, but on a virtual machine two CPUs' counters can disagree, and a thread that moves between them
+ * would see its time go back.)
+ *
+ * Readers copy a heap's ring under its lock, and the shared ring without a lock: its slot's number is
+ * written last, so a reader skips a slot being filled.
+ *
+ * What an event costs (bench/results/2026-11-30-history.md): the ring's footprint in the caches, as
+ * every line of it is written once per lap (a ring larger than the core's L2 pushes the allocator's
+ * own blocks and maps out of it), and about ten instructions.
  */
 #define _GNU_SOURCE /* dladdr, to name code addresses */
 #include "internal.h"
@@ -34,54 +39,63 @@
 
 #define HISTORY_MAX_CAPACITY ((size_t)1 << 26)
 #define TAG_MAX 64
-#define CHUNK 64 /* slots a thread claims at once, unless TIDE_HISTORY_ORDERED: the claim (an atomic add)
-                  * and the two clock reads (45 ns each on the H200 machine) are paid once per CHUNK */
+#define CHUNK 512 /* events a heap numbers at once, unless TIDE_HISTORY_ORDERED: the claim (an atomic add)
+                   * and the two clock reads are paid once per CHUNK */
+#define HISTORY_TAGGED 0x10u /* in an entry's addr_kind: its tag is in the ring's tags */
 
-/* One recorded event in 32 bytes, two to a cache line: the ring is written at every allocation and
- * free, and each line it moves on to is a write miss. What most events lack lives beside the ring,
- * at the slot's index, written only when there is one: the time (a chunk's first and last events), the
- * tag, the stack. A free that completes at once is one slot (COMPLETED_AT_ONCE), read back as two
- * events. */
-#define COMPLETED_AT_ONCE HISTORY_COMPLETED_AT_ONCE
+/* The shared ring's slot: one event recorded outside a heap's lock (under history_write_lock). */
 struct slot {
-    _Atomic(uint64_t) seq_plus_one;   /* 0 while empty or being written */
-    uint64_t addr;
-    uint64_t packed;                  /* the size, the kind and what lives beside (PACK_ below) */
+    uint64_t seq;                     /* in the history's order, shared with the heaps' chunks */
+    uint64_t time_ns;
+    uint64_t addr, size;
     tide_stream stream;
+    uint32_t kind;
+    uint32_t nframes;
+    const char *tag;
 };
-_Static_assert(sizeof(struct slot) == 32, "two slots to a cache line");
-#define PACK_SIZE_BITS 48             /* sizes up to 256 TiB; larger ones are recorded as that */
-#define PACK_KIND_SHIFT 48            /* 8 bits: tide_event_kind */
-#define PACK_AT_ONCE (1ull << 56)     /* FREE_REQUESTED whose free completed in the same call */
-#define PACK_TIMED (1ull << 57)       /* times[index] holds its time */
-#define PACK_TAGGED (1ull << 58)      /* tags[index] holds its tag */
-#define PACK_FRAMES_SHIFT 59          /* 5 bits: frames recorded, at most TIDE_HISTORY_MAX_FRAMES */
 
-static inline uint64_t pack(uint32_t kind, uint64_t size, const char *tag)
-{
-    uint64_t max = (1ull << PACK_SIZE_BITS) - 1;
-    return (size < max ? size : max) | (uint64_t)(kind & 0xFFu) << PACK_KIND_SHIFT |
-           (kind & COMPLETED_AT_ONCE ? PACK_AT_ONCE : 0) | (tag ? PACK_TAGGED : 0);
-}
+/* A heap's ring: NCHUNKS chunks of `chunk` entries, filled in turn. Written under the heap's lock. */
+struct heap_ring {
+    struct history_entry *entries;
+    const char **tags;                /* per entry, made at the first tagged event */
+    void **frames;                    /* TIDE_HISTORY_MAX_FRAMES per entry, with TIDE_HISTORY_STACKS */
+    uint8_t *nframes;
+    uint64_t *chunk_seq;              /* per chunk: its first event's number */
+    uint64_t *chunk_first_ns, *chunk_last_ns; /* per chunk: its first and last event's times (0: not yet) */
+    uint32_t nchunks;
+    uint64_t chunks_begun;            /* the current chunk is chunks_begun - 1, at chunks_begun - 1 % nchunks */
+    struct history_entry *chunk_end;  /* the current chunk's end */
+    uint64_t sealed_fill;             /* events in the current chunk, once the heap no longer points here */
+    uint32_t chunk;                   /* entries per chunk */
+    tide_stream stream;
+    struct history *hist;             /* whose numbers it draws */
+};
 
 struct history {
-    struct history *next;             /* the allocator's list of rings */
-    uint64_t id;                      /* unique in the process: a thread's claimed chunk names it */
-    struct slot *slots;
-    uint64_t *times;                  /* per slot, written for a chunk's first and last events */
-    const char **tags;                /* per slot, written for tagged events */
-    void **frames;                    /* TIDE_HISTORY_MAX_FRAMES per slot, with TIDE_HISTORY_STACKS */
-    size_t capacity;
+    size_t capacity;                  /* a power of two */
     unsigned flags;
-    uint32_t chunk;                   /* slots a thread claims at once: CHUNK, or 1 if ordered */
+    uint32_t chunk;                   /* events a heap numbers at once: CHUNK (at most capacity), or 1 */
     _Atomic(uint64_t) next_seq;
     uint64_t ns0;                     /* CLOCK_MONOTONIC at start */
+    _Atomic(uint64_t) lost;           /* events not recorded: no host memory for a heap's ring */
+    /* events outside heaps' locks */
+    struct slot *slots;
+    void **slot_frames;               /* TIDE_HISTORY_MAX_FRAMES per slot, with TIDE_HISTORY_STACKS */
+    uint64_t shared_next;             /* shared events so far */
+    size_t shared_mask;               /* shared slots - 1 (a power of two) */
+    /* each heap's ring, by heap index; made at the heap's first event */
+    _Atomic(struct heap_ring *) rings[TIDE_MAX_HEAPS];
 };
 
 struct tag_string {
     struct tag_string *next;
     char text[];
 };
+
+_Atomic(bool) history_tags_in_use;
+
+/* A heap points here when a history starts: its first event finds no room, and makes its ring. */
+static struct history_entry no_ring_yet;
 
 static uint64_t monotonic_ns(void)
 {
@@ -119,9 +133,10 @@ void tide_set_tag(const char *tag)
     }
     snprintf(thread_tag.text, sizeof thread_tag.text, "%s", tag);
     thread_tag.generation = atomic_fetch_add(&tag_generations, 1);
+    atomic_store_explicit(&history_tags_in_use, true, memory_order_relaxed);
 }
 
-/* The allocator's copy of text, made once; NULL if host memory ran out. Under history_lock. */
+/* The allocator's copy of text, made once; NULL if host memory ran out. Under history_write_lock. */
 static const char *intern_locked(tide_allocator *t, const char *text)
 {
     for (struct tag_string *s = t->tags; s; s = s->next)
@@ -142,116 +157,222 @@ static const char *current_tag(tide_allocator *t)
     if (!thread_tag.generation)
         return NULL;
     if (thread_tag.interned_for != t->id || thread_tag.interned_generation != thread_tag.generation) {
-        pthread_mutex_lock(&t->history_lock);
+        pthread_mutex_lock(&t->history_write_lock);
         thread_tag.interned = intern_locked(t, thread_tag.text);
-        pthread_mutex_unlock(&t->history_lock);
+        pthread_mutex_unlock(&t->history_write_lock);
         thread_tag.interned_for = t->id;
         thread_tag.interned_generation = thread_tag.generation;
     }
     return thread_tag.interned;
 }
 
-/* ---- recording ----------------------------------------------------------------------------------------- */
 
-static _Atomic(uint64_t) history_ids = 1;
+/* ---- stacks ---------------------------------------------------------------------------------------------- */
 
-/* The slots this thread claimed and has not filled yet, in the ring of history `id`: next up to end.
- * Below fast_end, an event takes history_record's fast path: not the chunk's last (it carries a time),
- * and none at all when stacks are recorded (fast_end is then next). */
-static _Thread_local struct {
-    uint64_t id, next, end, fast_end;
-} claimed;
-
-/* Apart from history_record, so that its stack frame (and the frame array's stack protector) is paid
- * only when stacks are asked for. Returns the number of frames recorded at index. */
-__attribute__((noinline)) static uint64_t record_stack(struct history *hist, size_t index)
+/* The caller's native stack into frames (TIDE_HISTORY_MAX_FRAMES at most): from the frame that returns
+ * to `site` (the caller of the tidepool call that recorded, which knows it) or, without one, past this
+ * function, the recording function and the tidepool call. Apart, so that its frame is paid only when
+ * stacks are asked for. Returns the number of frames. */
+__attribute__((noinline)) static uint32_t record_stack(void **frames, const void *site)
 {
 #if defined(__GLIBC__)
-    void *frames[TIDE_HISTORY_MAX_FRAMES + 4];
-    int n = backtrace(frames, TIDE_HISTORY_MAX_FRAMES + 4);
-    /* Leave out this function, history_record and the tidepool call that recorded: the caller's stack
-     * remains. */
+    void *buf[TIDE_HISTORY_MAX_FRAMES + 8];
+    int n = backtrace(buf, TIDE_HISTORY_MAX_FRAMES + 8);
     int skip = n > 3 ? 3 : 0;
+    for (int i = 0; site && i < n && i < 8; i++) {
+        if (buf[i] == site) {
+            skip = i;
+            break;
+        }
+    }
     int kept = n - skip > TIDE_HISTORY_MAX_FRAMES ? TIDE_HISTORY_MAX_FRAMES : n - skip;
-    memcpy(&hist->frames[index * TIDE_HISTORY_MAX_FRAMES], frames + skip, (size_t)kept * sizeof *frames);
-    return (uint64_t)kept;
+    memcpy(frames, buf + skip, (size_t)kept * sizeof *frames);
+    return (uint32_t)kept;
 #else
-    (void)hist;
-    (void)index;
+    (void)frames;
+    (void)site;
     return 0;
 #endif
 }
 
-/* A slot is written with its number at 0, so that a reader passes over it meanwhile: each writer
- * zeroes it and fences (written out in each, as GCC rejects a fence under ThreadSanitizer once it is
- * inlined from a helper), then slot_close puts the number back last, once everything the event has
- * (slot and side arrays) is written. */
-static inline void slot_close(struct slot *slot, uint64_t seq, uint64_t addr, uint64_t packed,
-                              tide_stream stream)
-{
-    slot->addr = addr;
-    slot->packed = packed;
-    slot->stream = stream;
-    atomic_store_explicit(&slot->seq_plus_one, seq + 1, memory_order_release);
-}
+/* ---- the shared ring: events outside any heap's lock ------------------------------------------------- */
 
-/* Records one event in the next slot this thread claimed; claims a chunk first if it has none left.
- * The first and the last event of a chunk carry the time. */
-__attribute__((noinline)) static void record_in_full(struct history *hist, uint32_t kind, tide_stream stream,
-                                                     uint64_t addr, uint64_t size, const char *tag)
+/* Under history_write_lock. */
+static void record_shared(struct history *hist, uint32_t kind, tide_stream stream, uint64_t addr,
+                          uint64_t size, const char *tag)
 {
-    bool first = false;
-    if (claimed.id != hist->id || claimed.next == claimed.end) {
-        uint64_t start = atomic_fetch_add_explicit(&hist->next_seq, hist->chunk, memory_order_relaxed);
-        claimed.id = hist->id;
-        claimed.next = start;
-        claimed.end = start + hist->chunk;
-        claimed.fast_end = hist->frames ? start : claimed.end - 1;
-        first = true;
-    }
-    uint64_t seq = claimed.next++;
-    size_t index = (size_t)seq & (hist->capacity - 1);
+    size_t index = (size_t)hist->shared_next++ & hist->shared_mask;
     struct slot *slot = &hist->slots[index];
-    atomic_store_explicit(&slot->seq_plus_one, 0, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    uint64_t packed = pack(kind, size, tag);
-    if (first || claimed.next == claimed.end) {
-        hist->times[index] = monotonic_ns();
-        packed |= PACK_TIMED;
-    }
-    if (tag)
-        hist->tags[index] = tag;
-    if (hist->frames)
-        packed |= record_stack(hist, index) << PACK_FRAMES_SHIFT;
-    slot_close(slot, seq, addr, packed, stream);
+    slot->seq = atomic_fetch_add_explicit(&hist->next_seq, 1, memory_order_relaxed);
+    slot->time_ns = monotonic_ns();
+    slot->addr = addr;
+    slot->size = size;
+    slot->stream = stream;
+    slot->kind = kind;
+    slot->tag = tag;
+    slot->nframes = hist->slot_frames ? record_stack(&hist->slot_frames[index * TIDE_HISTORY_MAX_FRAMES], NULL) : 0;
 }
 
-/* The common case, an untagged event between a chunk's first and last without a stack, makes no call,
- * so it saves no registers: the rest goes to record_in_full as a tail call. */
-void history_record(struct history *hist, uint32_t kind, tide_stream stream, uint64_t addr,
-                    uint64_t size, const char *tag)
+void history_record(tide_allocator *t, uint32_t kind, tide_stream stream, uint64_t addr, uint64_t size)
 {
-    if (__builtin_expect(claimed.id != hist->id || claimed.next >= claimed.fast_end || tag, 0)) {
-        record_in_full(hist, kind, stream, addr, size, tag);
+    pthread_mutex_lock(&t->history_write_lock);
+    struct history *hist = atomic_load_explicit(&t->history, memory_order_acquire);
+    if (hist) /* (it may have stopped since the caller looked) */
+        record_shared(hist, kind, stream, addr, size, NULL);
+    pthread_mutex_unlock(&t->history_write_lock);
+}
+
+/* ---- the heaps' rings --------------------------------------------------------------------------------- */
+
+static void ring_free(struct heap_ring *r)
+{
+    if (!r)
         return;
-    }
-    uint64_t seq = claimed.next++;
-    struct slot *slot = &hist->slots[(size_t)seq & (hist->capacity - 1)];
-    atomic_store_explicit(&slot->seq_plus_one, 0, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    /* no time of its own: placed between its chunk's first and last events when read */
-    slot_close(slot, seq, addr, pack(kind, size, NULL), stream);
+    free(r->entries);
+    free((void *)r->tags);
+    free(r->frames);
+    free(r->nframes);
+    free(r->chunk_seq);
+    free(r->chunk_first_ns);
+    free(r->chunk_last_ns);
+    free(r);
 }
 
-void history_on_alloc(struct history *hist, tide_allocator *t, struct block *b, tide_stream stream,
-                      size_t size, void *site)
+/* Room for `capacity` events and the chunk being filled, touched now (under the heap's lock, once)
+ * so that no event pays for a page fault later. NULL without host memory. */
+static struct heap_ring *ring_create(struct history *hist, tide_stream stream)
 {
-    b->tag = current_tag(t);
-    b->site = site;
-    history_record(hist, TIDE_EVENT_ALLOC, stream, b->addr + t->guard, size, b->tag);
+    struct heap_ring *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->nchunks = (uint32_t)(hist->capacity / hist->chunk) + 1;
+    size_t entries = (size_t)r->nchunks * hist->chunk;
+    r->entries = malloc(entries * sizeof *r->entries);
+    r->chunk_seq = calloc(r->nchunks, sizeof *r->chunk_seq);
+    r->chunk_first_ns = calloc(r->nchunks, sizeof *r->chunk_first_ns);
+    r->chunk_last_ns = calloc(r->nchunks, sizeof *r->chunk_last_ns);
+    if (hist->flags & TIDE_HISTORY_STACKS) {
+        r->frames = calloc(entries * TIDE_HISTORY_MAX_FRAMES, sizeof *r->frames);
+        r->nframes = calloc(entries, sizeof *r->nframes);
+    }
+    if (!r->entries || !r->chunk_seq || !r->chunk_first_ns || !r->chunk_last_ns ||
+        ((hist->flags & TIDE_HISTORY_STACKS) && (!r->frames || !r->nframes))) {
+        ring_free(r);
+        return NULL;
+    }
+    memset(r->entries, 0, entries * sizeof *r->entries);
+    r->hist = hist;
+    r->chunk = hist->chunk;
+    r->chunk_end = r->entries; /* full: the first event begins a chunk */
+    r->stream = stream;
+    return r;
 }
 
-/* ---- start, stop, read ------------------------------------------------------------------------------ */
+/* Where an entry lies in its ring. */
+static size_t entry_index(const struct heap_ring *r, const struct history_entry *e)
+{
+    return (size_t)(e - r->entries);
+}
+
+/* The heap stops recording into its ring: how far it got is kept for readers. Under h's lock. */
+static void heap_detach(struct heap *h)
+{
+    struct heap_ring *r = h->history_ring;
+    if (r && h->history_next && r->chunks_begun)
+        r->sealed_fill = (uint64_t)(h->history_next - (r->chunk_end - r->chunk));
+    h->history_next = h->history_limit = NULL;
+    h->history_ring = NULL;
+}
+
+/* The heap records into r, a ring it has not used yet. Under h's lock. */
+static void heap_attach(struct heap *h, struct heap_ring *r)
+{
+    h->history_ring = r;
+    h->history_next = h->history_limit = r->chunk_end; /* full: the next event begins a chunk */
+}
+
+void history_heap_created(tide_allocator *t, struct heap *h)
+{
+    if (atomic_load_explicit(&t->history, memory_order_acquire))
+        h->history_next = h->history_limit = &no_ring_yet;
+}
+
+__attribute__((noinline)) void history_heap_slow(struct heap *h, uint32_t kind, uint64_t addr, uint64_t size,
+                                                 const char *tag, const void *site)
+{
+    struct heap_ring *r = h->history_ring;
+    if (!r) { /* a heap made since the history started, at its first event */
+        struct history *hist = atomic_load_explicit(&h->owner->history, memory_order_acquire);
+        if (!hist) { /* (tide_history_stop detaches every heap: not expected) */
+            heap_detach(h);
+            return;
+        }
+        r = atomic_load_explicit(&hist->rings[h->index], memory_order_acquire);
+        if (!r) {
+            if (!(r = ring_create(hist, h->stream))) {
+                atomic_fetch_add_explicit(&hist->lost, 1, memory_order_relaxed); /* tries again next time */
+                return;
+            }
+            atomic_store_explicit(&hist->rings[h->index], r, memory_order_release);
+        }
+        heap_attach(h, r);
+    }
+    struct history_entry *e = h->history_next;
+    if (e == r->chunk_end) { /* begin a chunk: its numbers, and its first event's time */
+        uint32_t slot = (uint32_t)(r->chunks_begun % r->nchunks);
+        e = &r->entries[(size_t)slot * r->chunk];
+        r->chunk_end = e + r->chunk;
+        r->chunk_seq[slot] = atomic_fetch_add_explicit(&r->hist->next_seq, r->chunk, memory_order_relaxed);
+        r->chunk_first_ns[slot] = monotonic_ns();
+        r->chunk_last_ns[slot] = 0;
+        r->chunks_begun++;
+    }
+    size_t index = entry_index(r, e);
+    uint32_t flags = 0;
+    if (tag) {
+        if (!r->tags)
+            r->tags = calloc((size_t)r->nchunks * r->chunk, sizeof *r->tags);
+        if (r->tags) {
+            r->tags[index] = tag;
+            flags |= HISTORY_TAGGED;
+        }
+    }
+    if (r->frames)
+        r->nframes[index] = (uint8_t)record_stack(&r->frames[index * TIDE_HISTORY_MAX_FRAMES], site);
+    e->addr_kind = addr | kind | flags;
+    e->size = size;
+    if (e + 1 == r->chunk_end) { /* the chunk's last event: its time */
+        uint32_t slot = (uint32_t)(index / r->chunk);
+        r->chunk_last_ns[slot] = r->chunk == 1 ? r->chunk_first_ns[slot] : monotonic_ns();
+    }
+    h->history_next = e + 1;
+    /* the fast path up to the chunk's last event, or never when stacks are recorded */
+    h->history_limit = r->frames ? e + 1 : r->chunk_end - 1;
+}
+
+void history_heap_alloc_tagged(struct heap *h, struct block *b, size_t size, void *site)
+{
+    b->tag = current_tag(h->owner);
+    if (b->tag)
+        history_heap_slow(h, TIDE_EVENT_ALLOC, b->addr, size, b->tag, site);
+    else
+        history_heap_event(h, TIDE_EVENT_ALLOC, b->addr, size, site);
+}
+
+/* ---- start, stop ------------------------------------------------------------------------------------- */
+
+#define SHARED_SLOTS_MAX ((size_t)1 << 16)
+
+static void history_free(struct history *hist)
+{
+    if (!hist)
+        return;
+    for (size_t i = 0; i < TIDE_MAX_HEAPS; i++)
+        ring_free(atomic_load_explicit(&hist->rings[i], memory_order_relaxed));
+    free(hist->slot_frames);
+    free(hist->slots);
+    free(hist);
+}
 
 tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flags)
 {
@@ -262,43 +383,64 @@ tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flag
                           capacity, HISTORY_MAX_CAPACITY);
     if (flags & ~(unsigned)(TIDE_HISTORY_STACKS | TIDE_HISTORY_ORDERED))
         return tide__fail(TIDE_EINVAL, "tide_history_start: unknown flags 0x%x", flags);
-    size_t rounded = 1; /* a power of two, so a slot's index is a mask, not a division */
+    size_t rounded = 1; /* a power of two, so a shared slot's index is a mask, not a division */
     while (rounded < capacity)
         rounded *= 2;
     capacity = rounded;
+    size_t shared = capacity < SHARED_SLOTS_MAX ? capacity : SHARED_SLOTS_MAX;
     struct history *hist = calloc(1, sizeof *hist);
-    struct slot *slots = hist ? malloc(capacity * sizeof *slots) : NULL;
-    uint64_t *times = slots ? malloc(capacity * sizeof *times) : NULL;
-    const char **tags = times ? malloc(capacity * sizeof *tags) : NULL;
-    void **frames = tags && (flags & TIDE_HISTORY_STACKS)
-                        ? malloc(capacity * TIDE_HISTORY_MAX_FRAMES * sizeof *frames) : NULL;
-    if (!tags || ((flags & TIDE_HISTORY_STACKS) && !frames)) {
-        free(tags);
-        free(times);
+    struct slot *slots = hist ? calloc(shared, sizeof *slots) : NULL;
+    void **frames = slots && (flags & TIDE_HISTORY_STACKS)
+                        ? calloc(shared * TIDE_HISTORY_MAX_FRAMES, sizeof *frames) : NULL;
+    if (!slots || ((flags & TIDE_HISTORY_STACKS) && !frames)) {
         free(slots);
         free(hist);
         return tide__fail(TIDE_EHOSTMEM, "tide_history_start: no host memory for %zu events", capacity);
     }
-    /* Touched now, so that no event pays for a page fault later. */
-    memset(slots, 0, capacity * sizeof *slots);
-    memset(times, 0, capacity * sizeof *times);
-    memset(tags, 0, capacity * sizeof *tags);
-    if (frames)
-        memset(frames, 0, capacity * TIDE_HISTORY_MAX_FRAMES * sizeof *frames);
-    hist->frames = frames;
     hist->slots = slots;
-    hist->times = times;
-    hist->tags = tags;
+    hist->slot_frames = frames;
+    hist->shared_mask = shared - 1;
     hist->capacity = capacity;
     hist->flags = flags;
-    hist->chunk = flags & TIDE_HISTORY_ORDERED ? 1 : CHUNK;
+    hist->chunk = flags & TIDE_HISTORY_ORDERED ? 1 : capacity < CHUNK ? (uint32_t)capacity : CHUNK;
     hist->ns0 = monotonic_ns();
-    hist->id = atomic_fetch_add(&history_ids, 1);
+    /* The rings of the streams there are now, made and touched before any lock is taken (a stream
+     * that appears later makes its own at its first event). */
+    uint32_t made = atomic_load(&t->nheaps);
+    for (uint32_t i = 0; i < made; i++) {
+        struct heap_ring *r = ring_create(hist, t->heaps[i]->stream);
+        if (!r) {
+            history_free(hist);
+            return tide__fail(TIDE_EHOSTMEM, "tide_history_start: no host memory for %zu events", capacity);
+        }
+        atomic_store_explicit(&hist->rings[i], r, memory_order_relaxed);
+    }
+    /* Under heaps_lock no heap is made meanwhile; under history_lock no one reads the old history
+     * while it is freed; under history_write_lock no shared event is written to it. */
+    pthread_mutex_lock(&t->heaps_lock);
     pthread_mutex_lock(&t->history_lock);
-    hist->next = t->histories;
+    pthread_mutex_lock(&t->history_write_lock);
+    struct history *old = t->histories;
     t->histories = hist;
     atomic_store_explicit(&t->history, hist, memory_order_release);
+    pthread_mutex_unlock(&t->history_write_lock);
+    uint32_t n = atomic_load(&t->nheaps);
+    for (uint32_t i = 0; i < n; i++) {
+        struct heap *h = t->heaps[i];
+        struct heap_ring *r = atomic_load_explicit(&hist->rings[i], memory_order_relaxed);
+        heap_lock(h);
+        if (!r || h->history_ring != r) { /* (a heap may have found its new ring already) */
+            heap_detach(h);
+            if (r)
+                heap_attach(h, r);
+            else
+                h->history_next = h->history_limit = &no_ring_yet;
+        }
+        heap_unlock(h);
+    }
+    history_free(old); /* no heap records into it any more */
     pthread_mutex_unlock(&t->history_lock);
+    pthread_mutex_unlock(&t->heaps_lock);
     return TIDE_OK;
 }
 
@@ -306,7 +448,20 @@ tide_status tide_history_stop(tide_allocator *t)
 {
     if (!t)
         return tide__fail(TIDE_EINVAL, "tide_history_stop: the allocator is NULL");
+    pthread_mutex_lock(&t->heaps_lock);
+    pthread_mutex_lock(&t->history_lock);
+    pthread_mutex_lock(&t->history_write_lock);
     atomic_store_explicit(&t->history, NULL, memory_order_release);
+    pthread_mutex_unlock(&t->history_write_lock);
+    uint32_t n = atomic_load(&t->nheaps);
+    for (uint32_t i = 0; i < n; i++) {
+        struct heap *h = t->heaps[i];
+        heap_lock(h);
+        heap_detach(h);
+        heap_unlock(h);
+    }
+    pthread_mutex_unlock(&t->history_lock);
+    pthread_mutex_unlock(&t->heaps_lock);
     return TIDE_OK;
 }
 
@@ -314,25 +469,176 @@ tide_status tide_annotate(tide_allocator *t, const char *text)
 {
     if (!t || !text)
         return tide__fail(TIDE_EINVAL, "tide_annotate: %s is NULL", t ? "the text" : "the allocator");
+    pthread_mutex_lock(&t->history_write_lock);
     struct history *hist = atomic_load_explicit(&t->history, memory_order_acquire);
+    const char *copy = hist ? intern_locked(t, text) : NULL;
+    if (copy)
+        record_shared(hist, TIDE_EVENT_ANNOTATION, 0, 0, 0, copy);
+    pthread_mutex_unlock(&t->history_write_lock);
     if (!hist)
         return tide__fail(TIDE_EINVAL, "tide_annotate: no history is on (tide_history_start)");
-    pthread_mutex_lock(&t->history_lock);
-    const char *copy = intern_locked(t, text);
-    pthread_mutex_unlock(&t->history_lock);
     if (!copy)
         return tide__fail(TIDE_EHOSTMEM, "tide_annotate: out of host memory");
-    history_record(hist, TIDE_EVENT_ANNOTATION, 0, 0, 0, copy);
     return TIDE_OK;
 }
 
-/* The newest ring (recording or stopped), or NULL. */
-static struct history *latest(tide_allocator *t)
+/* ---- reading ---------------------------------------------------------------------------------------- */
+
+/* One event as read, before the window of the newest is chosen. */
+struct gathered {
+    uint64_t seq, time_ns, addr, size;
+    tide_stream stream;
+    const char *tag;
+    uint32_t kind;                    /* with HISTORY_COMPLETED_AT_ONCE */
+    uint32_t nframes;
+    size_t frames_at;                 /* in gather.frames */
+};
+
+struct gather {
+    struct gathered *ev;
+    void **frames;                    /* TIDE_HISTORY_MAX_FRAMES per event, with stacks */
+    size_t n, cap;
+    uint64_t total;                   /* events recorded, read or not */
+};
+
+static struct gathered *gather_next(struct gather *g, const void *frames, uint32_t nframes)
 {
-    pthread_mutex_lock(&t->history_lock);
-    struct history *hist = t->histories;
-    pthread_mutex_unlock(&t->history_lock);
-    return hist;
+    struct gathered *x = &g->ev[g->n];
+    x->nframes = g->frames && frames ? nframes : 0;
+    x->frames_at = g->n * TIDE_HISTORY_MAX_FRAMES;
+    if (x->nframes)
+        memcpy(&g->frames[x->frames_at], frames, nframes * sizeof *g->frames);
+    g->n++;
+    return x;
+}
+
+/* The shared ring, under history_write_lock. */
+static void gather_shared(struct gather *g, const struct history *hist)
+{
+    uint64_t end = hist->shared_next, slots = hist->shared_mask + 1;
+    g->total += end;
+    for (uint64_t number = end > slots ? end - slots : 0; number < end && g->n < g->cap; number++) {
+        size_t index = (size_t)number & hist->shared_mask;
+        const struct slot *slot = &hist->slots[index];
+        struct gathered *x = gather_next(g, hist->slot_frames ? &hist->slot_frames[index * TIDE_HISTORY_MAX_FRAMES] : NULL,
+                                         slot->nframes);
+        x->seq = slot->seq;
+        x->time_ns = slot->time_ns;
+        x->addr = slot->addr;
+        x->size = slot->size;
+        x->stream = slot->stream;
+        x->tag = slot->tag;
+        x->kind = slot->kind;
+    }
+}
+
+/* A heap's ring, under the heap's lock. Events of a chunk between its first and last are placed in
+ * time by interpolation; those of the chunk being filled take its first event's time. */
+static void gather_ring(struct gather *g, struct heap *h, struct heap_ring *r, size_t guard)
+{
+    if (!r->chunks_begun)
+        return;
+    uint64_t current = r->chunks_begun - 1;
+    const struct history_entry *current_start = &r->entries[(size_t)(current % r->nchunks) * r->chunk];
+    uint64_t current_fill = h->history_ring == r && h->history_next ? (uint64_t)(h->history_next - current_start)
+                                                                   : r->sealed_fill;
+    g->total += current * r->chunk + current_fill;
+    uint64_t first = r->chunks_begun > r->nchunks ? r->chunks_begun - r->nchunks : 0;
+    for (uint64_t c = first; c <= current; c++) {
+        size_t slot = (size_t)(c % r->nchunks);
+        uint64_t fill = c == current ? current_fill : r->chunk;
+        uint64_t t0 = r->chunk_first_ns[slot], t1 = r->chunk_last_ns[slot];
+        for (uint64_t k = 0; k < fill && g->n < g->cap; k++) {
+            size_t index = slot * r->chunk + (size_t)k;
+            const struct history_entry *e = &r->entries[index];
+            struct gathered *x = gather_next(g, r->frames ? &r->frames[index * TIDE_HISTORY_MAX_FRAMES] : NULL,
+                                             r->frames ? r->nframes[index] : 0);
+            x->seq = r->chunk_seq[slot] + k;
+            x->time_ns = t1 > t0 && r->chunk > 1 ? t0 + (t1 - t0) * k / (r->chunk - 1) : t0;
+            x->addr = (e->addr_kind & ~(uint64_t)(TIDE_UNIT - 1)) + guard;
+            x->size = e->size;
+            x->stream = r->stream;
+            x->kind = (uint32_t)(e->addr_kind & (HISTORY_KIND_MASK | HISTORY_COMPLETED_AT_ONCE));
+            x->tag = (e->addr_kind & HISTORY_TAGGED) && r->tags ? r->tags[index] : NULL;
+        }
+    }
+}
+
+static int by_seq(const void *a, const void *b)
+{
+    uint64_t x = ((const struct gathered *)a)->seq, y = ((const struct gathered *)b)->seq;
+    return (x > y) - (x < y);
+}
+
+/* tide_history_read of hist, under history_lock (which keeps a start from freeing it meanwhile). */
+static tide_status read_locked(tide_allocator *t, struct history *hist, tide_event *out, size_t cap,
+                               size_t *count, uint64_t *dropped)
+{
+    *count = 0;
+    if (dropped)
+        *dropped = 0;
+    if (!hist)
+        return TIDE_OK;
+    /* Room for everything the rings that exist now can hold; a ring made meanwhile began after this
+     * read did, and is left out. */
+    struct heap_ring *rings[TIDE_MAX_HEAPS];
+    uint32_t nheaps = atomic_load(&t->nheaps);
+    size_t room = hist->shared_mask + 1;
+    for (uint32_t i = 0; i < nheaps; i++) {
+        rings[i] = atomic_load_explicit(&hist->rings[i], memory_order_acquire);
+        if (rings[i])
+            room += (size_t)rings[i]->nchunks * rings[i]->chunk;
+    }
+    struct gather g = {malloc(room * sizeof *g.ev), NULL, 0, room, 0};
+    if (hist->flags & TIDE_HISTORY_STACKS)
+        g.frames = malloc(room * TIDE_HISTORY_MAX_FRAMES * sizeof *g.frames);
+    if (!g.ev || ((hist->flags & TIDE_HISTORY_STACKS) && !g.frames)) {
+        free(g.ev);
+        free(g.frames);
+        return tide__fail(TIDE_EHOSTMEM, "tide_history_read: out of host memory");
+    }
+    pthread_mutex_lock(&t->history_write_lock);
+    gather_shared(&g, hist);
+    pthread_mutex_unlock(&t->history_write_lock);
+    for (uint32_t i = 0; i < nheaps; i++) {
+        if (!rings[i])
+            continue;
+        struct heap *h = t->heaps[i];
+        heap_lock(h);
+        gather_ring(&g, h, rings[i], t->guard);
+        heap_unlock(h);
+    }
+    /* The newest `capacity` events, oldest first. */
+    qsort(g.ev, g.n, sizeof *g.ev, by_seq);
+    size_t begin = g.n > hist->capacity ? g.n - hist->capacity : 0;
+    uint64_t lost = atomic_load_explicit(&hist->lost, memory_order_relaxed);
+    if (dropped)
+        *dropped = g.total + lost - (g.n - begin);
+    size_t n = 0;
+    for (size_t i = begin; i < g.n && n < cap; i++) {
+        const struct gathered *x = &g.ev[i];
+        tide_event *e = &out[n++];
+        e->seq = x->seq;
+        e->time_ns = x->time_ns;
+        e->kind = x->kind & HISTORY_KIND_MASK;
+        e->stream = x->stream;
+        e->addr = x->addr;
+        e->size = x->size;
+        e->tag = x->tag;
+        e->nframes = x->nframes;
+        if (x->nframes)
+            memcpy(e->frames, &g.frames[x->frames_at], x->nframes * sizeof *e->frames);
+        if ((x->kind & HISTORY_COMPLETED_AT_ONCE) && n < cap) { /* the free's completion, the same moment */
+            out[n] = *e;
+            out[n].kind = TIDE_EVENT_FREE_COMPLETED;
+            out[n].nframes = 0;
+            n++;
+        }
+    }
+    free(g.ev);
+    free(g.frames);
+    *count = n;
+    return TIDE_OK;
 }
 
 tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, size_t *count,
@@ -341,96 +647,16 @@ tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, si
     if (!t || !count || (!out && cap))
         return tide__fail(TIDE_EINVAL, "tide_history_read: %s is NULL",
                           !t ? "the allocator" : !count ? "count" : "out");
-    *count = 0;
-    if (dropped)
-        *dropped = 0;
-    struct history *hist = latest(t);
-    if (!hist)
-        return TIDE_OK;
-    /* The newest event written, not the newest slot claimed: a thread may hold claimed slots it has not
-     * filled yet (and may never fill). */
-    uint64_t end = 0;
-    for (size_t i = 0; i < hist->capacity; i++) {
-        uint64_t v = atomic_load_explicit(&hist->slots[i].seq_plus_one, memory_order_acquire);
-        if (v > end)
-            end = v;
-    }
-    uint64_t begin = end > hist->capacity ? end - hist->capacity : 0;
-    if (dropped)
-        *dropped = begin;
-    size_t n = 0;
-    for (uint64_t seq = begin; seq < end && n < cap; seq++) {
-        size_t index = (size_t)seq & (hist->capacity - 1);
-        struct slot *slot = &hist->slots[index];
-        if (atomic_load_explicit(&slot->seq_plus_one, memory_order_acquire) != seq + 1)
-            continue; /* being written, or overwritten already */
-        uint64_t addr = slot->addr, packed = slot->packed;
-        tide_stream stream = slot->stream;
-        tide_event *e = &out[n];
-        e->time_ns = packed & PACK_TIMED ? hist->times[index] : 0; /* else placed below */
-        e->tag = packed & PACK_TAGGED ? hist->tags[index] : NULL;
-        e->nframes = (uint32_t)(packed >> PACK_FRAMES_SHIFT);
-        if (e->nframes > TIDE_HISTORY_MAX_FRAMES || !hist->frames)
-            e->nframes = 0;
-        if (e->nframes)
-            memcpy(e->frames, &hist->frames[index * TIDE_HISTORY_MAX_FRAMES], e->nframes * sizeof *e->frames);
-        atomic_thread_fence(memory_order_acquire);
-        if (atomic_load_explicit(&slot->seq_plus_one, memory_order_relaxed) != seq + 1)
-            continue; /* overwritten while copied */
-        e->seq = seq;
-        e->kind = (uint32_t)(packed >> PACK_KIND_SHIFT) & 0xFFu;
-        e->stream = stream;
-        e->addr = addr;
-        e->size = packed & ((1ull << PACK_SIZE_BITS) - 1);
-        n++;
-        if ((packed & PACK_AT_ONCE) && n < cap) { /* the free's completion, the same moment */
-            out[n] = *e;
-            out[n].kind = TIDE_EVENT_FREE_COMPLETED;
-            out[n].nframes = 0;
-            n++;
-        }
-    }
-    /* Events without a stamp of their own lie in a chunk (CHUNK numbers from a multiple of CHUNK, all
-     * one thread's) between its first and last events, which have one: place them between, by number.
-     * Where a chunk's ends are missing (dropped, or not written yet), its events take the stamp there is,
-     * else the time of the event before them. */
-    const uint64_t chunk_size = hist->chunk;
-    for (size_t i = 0; i < n && chunk_size > 1;) {
-        uint64_t chunk = out[i].seq / chunk_size;
-        size_t j = i;
-        uint64_t first_ns = 0, last_ns = 0;
-        for (; j < n && out[j].seq / chunk_size == chunk; j++) {
-            if (out[j].time_ns && out[j].seq % chunk_size == 0)
-                first_ns = out[j].time_ns;
-            if (out[j].time_ns && out[j].seq % chunk_size == chunk_size - 1)
-                last_ns = out[j].time_ns;
-        }
-        uint64_t before = i ? out[i - 1].time_ns : hist->ns0;
-        uint64_t lo = first_ns ? first_ns : last_ns ? last_ns : before;
-        uint64_t hi = last_ns > lo ? last_ns : lo;
-        for (size_t k = i; k < j; k++) {
-            if (out[k].time_ns)
-                continue;
-            double f = (double)(out[k].seq % chunk_size) / (double)(chunk_size - 1);
-            out[k].time_ns = lo + (uint64_t)(f * (double)(hi - lo));
-        }
-        i = j;
-    }
-    *count = n;
-    return TIDE_OK;
+    pthread_mutex_lock(&t->history_lock);
+    tide_status s = read_locked(t, t->histories, out, cap, count, dropped);
+    pthread_mutex_unlock(&t->history_lock);
+    return s;
 }
 
 void history_destroy_all(tide_allocator *t)
 {
-    while (t->histories) {
-        struct history *next = t->histories->next;
-        free(t->histories->frames);
-        free(t->histories->tags);
-        free(t->histories->times);
-        free(t->histories->slots);
-        free(t->histories);
-        t->histories = next;
-    }
+    history_free(t->histories);
+    t->histories = NULL;
     while (t->tags) {
         struct tag_string *next = t->tags->next;
         free(t->tags);
@@ -522,17 +748,23 @@ tide_status tide_history_json(tide_allocator *t, char **out)
     if (!t || !out)
         return tide__fail(TIDE_EINVAL, "tide_history_json: %s is NULL", t ? "out" : "the allocator");
     *out = NULL;
-    struct history *hist = latest(t);
+    pthread_mutex_lock(&t->history_lock);
+    struct history *hist = t->histories;
     size_t cap = hist ? 2 * hist->capacity : 0, n = 0; /* a free completed at once reads as two */
     uint64_t dropped = 0;
+    bool ordered = hist && (hist->flags & TIDE_HISTORY_ORDERED);
     tide_event *events = cap ? malloc(cap * sizeof *events) : NULL;
-    if (cap && !events)
-        return tide__fail(TIDE_EHOSTMEM, "tide_history_json: out of host memory");
-    tide_history_read(t, events, cap, &n, &dropped);
+    tide_status s = cap && !events ? tide__fail(TIDE_EHOSTMEM, "tide_history_json: out of host memory")
+                                   : read_locked(t, hist, events, cap, &n, &dropped);
+    pthread_mutex_unlock(&t->history_lock);
+    if (s != TIDE_OK) {
+        free(events);
+        return s;
+    }
     struct text x = {0};
-    /* "ordered": whether several threads' events are in their exact order (TIDE_HISTORY_ORDERED). */
+    /* "ordered": whether several streams' events are in their exact order (TIDE_HISTORY_ORDERED). */
     text_printf(&x, "{\"dropped\": %llu, \"ordered\": %s, \"events\": [", (unsigned long long)dropped,
-                hist && (hist->flags & TIDE_HISTORY_ORDERED) ? "true" : "false");
+                ordered ? "true" : "false");
     for (size_t i = 0; i < n; i++) {
         const tide_event *e = &events[i];
         text_printf(&x, "%s\n  {\"seq\": %llu, \"time_ns\": %llu, \"kind\": \"%s\", \"stream\": %llu, "

@@ -407,6 +407,8 @@ struct fence_queue {                  /* fences recorded on one stream, oldest f
     uint32_t head, count, cap;
 };
 struct block_chunk;
+struct history_entry;
+struct heap_ring;
 
 /* Aligned to 128 bytes and a whole number of them: each stream's heap is written by its own thread at
  * every operation (the lock, the statistics at its end), so no line, nor the pair of lines a CPU
@@ -433,6 +435,10 @@ struct heap {
     uint64_t parked_since;                    /* ... and then the idle time it was freed at */
     struct block *spare_blocks;               /* recycled block structs */
     struct block_chunk *chunks;
+    /* The history (history.c): where this stream's next event goes, in the ring of history_ring; NULL
+     * while no history is on. */
+    struct history_entry *history_next, *history_limit;
+    struct heap_ring *history_ring;
     struct heap_stats stats;
 };
 
@@ -508,7 +514,7 @@ uint64_t now_ns(void);
 uint64_t idle_clock(void);
 
 /* ---- lifecycle.c: ACTIVE -> PENDING -> FREE ------------------------------------------------------ */
-tide_status lifecycle_free(struct heap *h, struct block *b);
+tide_status lifecycle_free(struct heap *h, struct block *b, const void *site);
 tide_status lifecycle_record_stream(struct heap *h, struct block *b, tide_stream stream);
 tide_status lifecycle_release(struct heap *h, struct block *b);
 /* Under h->lock: drain PENDING blocks whose fences have signalled (oldest first, stopping at the first
@@ -596,9 +602,10 @@ struct tide_allocator {
     _Atomic(uint64_t) pending_seq;            /* stamps fences and owed synchronizes */
 
     _Atomic(struct history *) history;        /* recording now, or NULL: one branch when off */
-    struct history *histories;                /* every ring ever started, newest first (a writer may
-                                                 still hold an older one); freed by tide_destroy */
-    pthread_mutex_t history_lock;             /* start, stop, tags */
+    struct history *histories;                /* the newest history, recording or stopped; freed at the
+                                                 next start (readers and start hold history_lock) */
+    pthread_mutex_t history_lock;             /* start, stop, readers; taken before heap locks */
+    pthread_mutex_t history_write_lock;       /* the shared ring's writers, the interned tags: a leaf */
     struct tag_string *tags;                  /* interned tags, freed by tide_destroy */
 };
 
@@ -626,21 +633,65 @@ static inline enum pool_kind pool_for_size(const tide_allocator *t, size_t round
     return rounded <= TIDE_SMALL_MAX ? POOL_SMALL : POOL_LARGE;
 }
 
-/* ---- history.c: the event ring, tags, call sites; report.c: snapshot and leak report --------------- */
+/* ---- history.c: the event rings, tags, call sites; report.c: snapshot and leak report -------------- */
 struct history;
-#define HISTORY_COMPLETED_AT_ONCE 0x100u /* with FREE_REQUESTED: the free completed in the same call */
-/* Records an event if a history is on: one branch when it is off. */
-void history_record(struct history *hist, uint32_t kind, tide_stream stream, uint64_t addr,
-                    uint64_t size, const char *tag);
+/* One event of a heap's stream in its ring: the block's address (a multiple of TIDE_UNIT) with the kind
+ * and flags in its low bits, and the size. */
+struct history_entry {
+    uint64_t addr_kind;
+    uint64_t size;
+};
+#define HISTORY_KIND_MASK 0x7u
+#define HISTORY_COMPLETED_AT_ONCE 0x8u /* with FREE_REQUESTED: the free completed in the same call */
+_Static_assert(TIDE_EVENT_KIND_COUNT <= 8 && TIDE_UNIT >= 64, "kind and flags fit below a block's address");
+
+/* Events outside any heap's lock (segments, out of memory, empty_cache, annotations): rare, each
+ * numbered and timed on its own in the history's shared ring. One branch when no history is on. */
+void history_record(tide_allocator *t, uint32_t kind, tide_stream stream, uint64_t addr, uint64_t size);
 #define HISTORY_EVENT(t, kind, stream, addr, size)                                                  \
     do {                                                                                           \
-        struct history *h_ = atomic_load_explicit(&(t)->history, memory_order_acquire);            \
-        if (__builtin_expect(h_ != NULL, 0))                                                       \
-            history_record(h_, (kind), (stream), (addr), (size), NULL);                       \
+        if (__builtin_expect(atomic_load_explicit(&(t)->history, memory_order_relaxed) != NULL, 0))   \
+            history_record((t), (kind), (stream), (addr), (size));                                 \
     } while (0)
-/* With a history on: the tag and call site of a new ACTIVE block, and its alloc event. */
-void history_on_alloc(struct history *hist, tide_allocator *t, struct block *b, tide_stream stream,
-                      size_t size, void *site);
+
+/* Events of a heap's stream, under the heap's lock: into the heap's own ring, so the common event is two
+ * stores and touches nothing another heap writes. h->history_next is NULL while no history is on (one
+ * test); below h->history_limit the event takes the fast path; the rest (a new chunk of the ring and
+ * its time, the chunk's last event and its time, a tag, a stack) is history_heap_slow. */
+void history_heap_slow(struct heap *h, uint32_t kind, uint64_t addr, uint64_t size, const char *tag,
+                       const void *site);
+/* site: where the tidepool call that records was called from, for a stack (TIDE_HISTORY_STACKS), or NULL. */
+static inline void history_heap_event(struct heap *h, uint32_t kind, uint64_t addr, uint64_t size,
+                                      const void *site)
+{
+    struct history_entry *e = h->history_next;
+    if (__builtin_expect(e != NULL, 0)) {
+        if (__builtin_expect(e < h->history_limit, 1)) {
+            e->addr_kind = addr | kind;
+            e->size = size;
+            h->history_next = e + 1;
+        } else {
+            history_heap_slow(h, kind, addr, size, NULL, site);
+        }
+    }
+}
+/* Whether any thread ever set a tag (tide_set_tag): until then an allocation looks up none. */
+extern _Atomic(bool) history_tags_in_use;
+void history_heap_alloc_tagged(struct heap *h, struct block *b, size_t size, void *site);
+/* A new ACTIVE block, under h's lock: its call site and tag (kept while a history is on, for the
+ * snapshot and the leak report) and its alloc event. */
+static inline void history_heap_alloc(struct heap *h, struct block *b, size_t size, void *site)
+{
+    if (__builtin_expect(h->history_next != NULL, 0)) {
+        b->site = site;
+        if (__builtin_expect(atomic_load_explicit(&history_tags_in_use, memory_order_relaxed), 0))
+            history_heap_alloc_tagged(h, b, size, site);
+        else
+            history_heap_event(h, TIDE_EVENT_ALLOC, b->addr, size, site);
+    }
+}
+/* Under t->heaps_lock, for a heap just created: it records into the history that is on, if any. */
+void history_heap_created(tide_allocator *t, struct heap *h);
 void history_destroy_all(tide_allocator *t);
 /* "libfoo.so(function+0x1c)" or "0x7f..." for a code address. */
 void describe_code_address(void *addr, char *buf, size_t cap);

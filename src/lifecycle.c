@@ -166,7 +166,7 @@ static bool finish_if_done(struct heap *h, struct block *b)
         return false;
     pending_unlink(h, b);
     h->stats.num_pending_drained++;
-    HISTORY_EVENT(h->owner, TIDE_EVENT_FREE_COMPLETED, h->stream, b->addr + h->owner->guard, b->size);
+    history_heap_event(h, TIDE_EVENT_FREE_COMPLETED, b->addr, b->size, NULL);
     ptr_map_remove(&h->map, b);
     enum pool_kind pool = b->seg->pool;
     int64_t size = (int64_t)b->size;
@@ -176,7 +176,7 @@ static bool finish_if_done(struct heap *h, struct block *b)
 
 /* ---- transitions ------------------------------------------------------------------------------------ */
 
-tide_status lifecycle_free(struct heap *h, struct block *b)
+tide_status lifecycle_free(struct heap *h, struct block *b, const void *site)
 {
     enum pool_kind pool = b->seg->pool;
     int64_t size = (int64_t)b->size, requested = (int64_t)b->requested;
@@ -201,7 +201,7 @@ tide_status lifecycle_free(struct heap *h, struct block *b)
         block_uses_clear(b);
     }
     if (b->refs || b->fences || b->needs_sync) {
-        HISTORY_EVENT(h->owner, TIDE_EVENT_FREE_REQUESTED, h->stream, b->addr + h->owner->guard, b->size);
+        history_heap_event(h, TIDE_EVENT_FREE_REQUESTED, b->addr, b->size, site);
         b->state = BLOCK_PENDING;
         b->requested = 0;
         pending_append(h, b);
@@ -209,8 +209,7 @@ tide_status lifecycle_free(struct heap *h, struct block *b)
         return TIDE_OK;
     }
     /* one slot for both: requested, and completed at once */
-    HISTORY_EVENT(h->owner, TIDE_EVENT_FREE_REQUESTED | HISTORY_COMPLETED_AT_ONCE, h->stream,
-                  b->addr + h->owner->guard, b->size);
+    history_heap_event(h, TIDE_EVENT_FREE_REQUESTED | HISTORY_COMPLETED_AT_ONCE, b->addr, b->size, site);
 #ifdef TIDE_NO_PARKING
     /* Built only into a test's second library, which must behave exactly as this one: see
      * tests/CMakeLists.txt (parking_is_invisible). */

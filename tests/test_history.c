@@ -9,6 +9,8 @@
 #include "harness.h"
 #include "trace.h"
 
+#include <stdatomic.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <unistd.h>
 
@@ -84,8 +86,6 @@ static void test_history_and_snapshot_agree_with_stats(void)
     void **ptrs = calloc(tr.nallocs, sizeof *ptrs);
     tide_event *events = malloc(EVENTS * sizeof *events);
     struct live_map m = {calloc(1 << 16, 8), calloc(1 << 16, 8), 1 << 16};
-    size_t consumed = 0;
-    int64_t live_requested = 0, reserved = 0;
     int checkpoints = 0;
     for (size_t i = 0; i < tr.nops; i++) {
         const struct trace_op *op = &tr.ops[i];
@@ -103,19 +103,22 @@ static void test_history_and_snapshot_agree_with_stats(void)
             CHECK_OK(tide_empty_cache(f.t, NULL));
         if (i % 97 != 0)
             continue;
-        /* a checkpoint: fold the new events in, then compare */
+        /* a checkpoint: everything recorded so far, rebuilt from the start (the stream's own events
+         * and the segment events interleave in blocks: only the whole adds up at every point) */
         size_t n = 0;
         uint64_t dropped = 0;
         CHECK_OK(tide_history_read(f.t, events, EVENTS, &n, &dropped));
         CHECK(dropped == 0);
-        for (; consumed < n; consumed++) {
-            const tide_event *e = &events[consumed];
-            /* in order, each place once; a free completed at once reads as two with one seq */
-            CHECK(consumed == 0 || e->seq == events[consumed - 1].seq + 1 ||
-                  (e->seq == events[consumed - 1].seq && e->kind == TIDE_EVENT_FREE_COMPLETED));
+        memset(m.keys, 0, m.cap * sizeof *m.keys);
+        int64_t live_requested = 0, reserved = 0;
+        for (size_t k = 0; k < n; k++) {
+            const tide_event *e = &events[k];
+            /* in order, each number once; a free completed at once reads as two with one seq */
+            CHECK(k == 0 || e->seq > events[k - 1].seq ||
+                  (e->seq == events[k - 1].seq && e->kind == TIDE_EVENT_FREE_COMPLETED));
             size_t slot = slot_of(&m, e->addr);
             if (e->kind == TIDE_EVENT_ALLOC) {
-                CHECK(m.keys[slot] == 0); /* no two live blocks at one address */
+                CHECK(m.keys[slot] == 0); /* no two live blocks at one address: the stream's order */
                 m.keys[slot] = e->addr;
                 m.values[slot] = e->size;
                 live_requested += (int64_t)e->size;
@@ -125,10 +128,10 @@ static void test_history_and_snapshot_agree_with_stats(void)
                 /* remove with backward-shift deletion */
                 m.keys[slot] = 0;
                 for (size_t j = (slot + 1) % m.cap; m.keys[j]; j = (j + 1) % m.cap) {
-                    uint64_t k = m.keys[j], v = m.values[j];
+                    uint64_t key = m.keys[j], v = m.values[j];
                     m.keys[j] = 0;
-                    size_t to = slot_of(&m, k);
-                    m.keys[to] = k;
+                    size_t to = slot_of(&m, key);
+                    m.keys[to] = key;
                     m.values[to] = v;
                 }
             } else if (e->kind == TIDE_EVENT_SEGMENT_RESERVED) {
@@ -136,6 +139,8 @@ static void test_history_and_snapshot_agree_with_stats(void)
             } else if (e->kind == TIDE_EVENT_SEGMENT_RELEASED) {
                 reserved -= (int64_t)e->size;
             }
+            if (harness_failures)
+                break;
         }
         char *json = NULL;
         CHECK_OK(tide_snapshot_json(f.t, &json));
@@ -337,8 +342,9 @@ static void test_ring_keeps_the_newest(void)
     fixture_close(&f);
 }
 
-/* Several threads record at once (each claims slots 16 at a time): every event arrives once, each
- * thread's events in its own order, with times that do not go back within a thread. */
+/* Several threads record at once, each on its own stream (each stream's ring draws numbers 512 at a
+ * time): every event arrives once, each stream's in its own order, with times that do not go back
+ * within a stream. */
 #define RECORDERS 4
 #define PAIRS_PER_RECORDER 3000
 
@@ -358,14 +364,18 @@ static void *record_pairs(void *arg)
     return NULL;
 }
 
-/* RECORDERS threads, each on a stream of its own, run body while a history with these flags records. */
+/* RECORDERS threads, each on a stream of its own (or all on one), run body while a history with these
+ * flags records. */
 static void record_from_threads(struct fixture *f, struct recorder rec[RECORDERS], unsigned flags,
-                                void *(*body)(void *))
+                                void *(*body)(void *), bool one_stream)
 {
     pthread_t th[RECORDERS];
     for (int i = 0; i < RECORDERS; i++) {
         rec[i].f = f;
-        CHECK_OK(tide_sim_stream_create(f->sim, &rec[i].stream));
+        if (one_stream && i > 0)
+            rec[i].stream = rec[0].stream;
+        else
+            CHECK_OK(tide_sim_stream_create(f->sim, &rec[i].stream));
     }
     CHECK_OK(tide_history_start(f->t, 1 << 16, flags));
     for (int i = 0; i < RECORDERS; i++)
@@ -379,7 +389,7 @@ static void test_threads_record_at_once(void)
     struct fixture f;
     fixture_open(&f, 0, NULL);
     struct recorder rec[RECORDERS];
-    record_from_threads(&f, rec, 0, record_pairs);
+    record_from_threads(&f, rec, 0, record_pairs, false);
     CHECK_OK(tide_history_stop(f.t));
     size_t cap = 4 * RECORDERS * PAIRS_PER_RECORDER, n = 0;
     tide_event *ev = calloc(cap, sizeof *ev);
@@ -414,9 +424,9 @@ static void test_threads_record_at_once(void)
     fixture_close(&f);
 }
 
-/* TIDE_HISTORY_ORDERED: threads that take turns (a lock decides the order) find their events in
- * exactly that order, and with times in that order. Without the flag, events interleave in blocks of
- * 16 per thread and this fails. */
+/* TIDE_HISTORY_ORDERED: threads that take turns (a lock decides the order), each on a stream of its
+ * own, find their events in exactly that order, and with times in that order. Without the flag, the
+ * streams' events interleave in blocks of up to 512 and this fails. */
 static pthread_mutex_t turn = PTHREAD_MUTEX_INITIALIZER;
 static size_t next_ticket;
 
@@ -435,16 +445,10 @@ static void *allocate_in_turn(void *arg)
     return NULL;
 }
 
-static void test_threads_ordered(void)
+/* The allocations of the threads that took turns, in the history: how many are out of the turns' order
+ * (or out of time order), and whether the last came last. */
+static uint64_t turns_out_of_order(const tide_event *ev, size_t n, bool *all_there)
 {
-    struct fixture f;
-    fixture_open(&f, 0, NULL);
-    struct recorder rec[RECORDERS];
-    next_ticket = 0;
-    record_from_threads(&f, rec, TIDE_HISTORY_ORDERED, allocate_in_turn);
-    size_t cap = 4 * RECORDERS * PAIRS_PER_RECORDER, n = 0;
-    tide_event *ev = calloc(cap, sizeof *ev);
-    CHECK_OK(tide_history_read(f.t, ev, cap, &n, NULL));
     uint64_t expect = 1, last_time = 0, out_of_order = 0;
     for (size_t i = 0; i < n; i++) {
         if (ev[i].kind != TIDE_EVENT_ALLOC)
@@ -453,13 +457,112 @@ static void test_threads_ordered(void)
         expect = ev[i].size + 1;
         last_time = ev[i].time_ns;
     }
-    CHECK(out_of_order == 0);
-    CHECK(expect == RECORDERS * PAIRS_PER_RECORDER + 1); /* every allocation, the last one last */
+    *all_there = expect == RECORDERS * PAIRS_PER_RECORDER + 1; /* every allocation, the last one last */
+    return out_of_order;
+}
+
+static void test_threads_ordered(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    struct recorder rec[RECORDERS];
+    next_ticket = 0;
+    record_from_threads(&f, rec, TIDE_HISTORY_ORDERED, allocate_in_turn, false);
+    size_t cap = 4 * RECORDERS * PAIRS_PER_RECORDER, n = 0;
+    tide_event *ev = calloc(cap, sizeof *ev);
+    CHECK_OK(tide_history_read(f.t, ev, cap, &n, NULL));
+    bool all_there = false;
+    CHECK(turns_out_of_order(ev, n, &all_there) == 0);
+    CHECK(all_there);
     char *json = NULL;
     CHECK_OK(tide_history_json(f.t, &json));
     CHECK(json && strstr(json, "\"ordered\": true"));
     tide_string_free(json);
     CHECK(tide_history_start(f.t, 16, 4) == TIDE_EINVAL); /* an unknown flag */
+    free(ev);
+    fixture_close(&f);
+}
+
+/* Without TIDE_HISTORY_ORDERED, one stream's events are still in their exact order, whichever threads
+ * made them: the stream's heap records them under its lock. (Threads claiming numbers for their own
+ * events, as the history once did, interleave them in blocks and fail this.) */
+static void test_one_stream_in_order_from_threads(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    struct recorder rec[RECORDERS];
+    next_ticket = 0;
+    record_from_threads(&f, rec, 0, allocate_in_turn, true);
+    size_t cap = 4 * RECORDERS * PAIRS_PER_RECORDER, n = 0;
+    tide_event *ev = calloc(cap, sizeof *ev);
+    CHECK_OK(tide_history_read(f.t, ev, cap, &n, NULL));
+    bool all_there = false;
+    uint64_t out_of_order = turns_out_of_order(ev, n, &all_there);
+    CHECK(out_of_order == 0);
+    CHECK(all_there);
+    fprintf(stderr, "%d threads on one stream: %zu events, %llu allocations out of order\n", RECORDERS, n,
+            (unsigned long long)out_of_order);
+    free(ev);
+    fixture_close(&f);
+}
+
+/* The history started, read and stopped again and again while threads allocate on their streams: a
+ * start frees the history before it, which no heap, reader or shared writer may be using then (run
+ * under ThreadSanitizer and AddressSanitizer by make check-tsan and check-sanitize). */
+static _Atomic(bool) keep_allocating;
+
+static void *allocate_until_told(void *arg)
+{
+    struct recorder *r = arg;
+    for (size_t i = 0; atomic_load(&keep_allocating); i++) {
+        void *p;
+        if (tide_malloc(r->f->t, 512 + (i % 4096) * 512, r->stream, &p) != TIDE_OK || tide_free(r->f->t, p) != TIDE_OK)
+            harness_failures++;
+        if (i % 4096 == 0 && tide_empty_cache(r->f->t, NULL) != TIDE_OK) /* shared events too */
+            harness_failures++;
+    }
+    return NULL;
+}
+
+static void test_restart_while_recording(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    struct recorder rec[RECORDERS];
+    pthread_t th[RECORDERS];
+    atomic_store(&keep_allocating, true);
+    for (int i = 0; i < RECORDERS; i++) {
+        rec[i].f = &f;
+        CHECK_OK(tide_sim_stream_create(f.sim, &rec[i].stream));
+        pthread_create(&th[i], NULL, allocate_until_told, &rec[i]);
+    }
+    size_t cap = 4096, n = 0, foreign = 0, reads = 0;
+    tide_event *ev = calloc(cap, sizeof *ev);
+    for (int round = 0; round < 40; round++) {
+        CHECK_OK(tide_history_start(f.t, 1024, round % 3 == 2 ? TIDE_HISTORY_ORDERED : 0));
+        for (int k = 0; k < 100000; k++) { /* until the threads recorded something */
+            CHECK_OK(tide_history_read(f.t, ev, cap, &n, NULL));
+            if (n == 0) {
+                sched_yield();
+                continue;
+            }
+            reads++;
+            for (size_t i = 0; i < n; i++) { /* every event is one of the threads' streams', or none */
+                bool known = ev[i].stream == 0;
+                for (int j = 0; j < RECORDERS; j++)
+                    known |= ev[i].stream == rec[j].stream;
+                foreign += !known;
+            }
+            break;
+        }
+        if (round % 2)
+            CHECK_OK(tide_history_stop(f.t));
+    }
+    atomic_store(&keep_allocating, false);
+    for (int i = 0; i < RECORDERS; i++)
+        pthread_join(th[i], NULL);
+    CHECK(foreign == 0);
+    CHECK(reads == 40); /* every round saw events */
     free(ev);
     fixture_close(&f);
 }
@@ -472,5 +575,7 @@ int main(void)
     RUN(test_leak_report_at_destroy);
     RUN(test_threads_record_at_once);
     RUN(test_threads_ordered);
+    RUN(test_one_stream_in_order_from_threads);
+    RUN(test_restart_while_recording);
     return HARNESS_EXIT();
 }

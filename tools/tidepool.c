@@ -48,7 +48,8 @@ static void usage(FILE *f)
           "  --check               run tide_check after every operation (slow)\n"
           "  --history N           keep a history of the last N events during the replay\n"
           "  --history-stacks      record each event's native call stack too\n"
-          "  --history-out FILE    write the history as JSON (implies --history if not given)\n"
+          "  --history-out FILE    write the history as JSON, every event in its exact order\n"
+          "                        (TIDE_HISTORY_ORDERED; implies --history if not given)\n"
           "  --snapshot-out FILE   write a snapshot (every segment and block) as JSON at the end\n"
           "  --no-progress         no progress bar (shown on a terminal by default)\n"
           "  --no-chart            leave out the memory-over-time chart\n"
@@ -452,6 +453,10 @@ static int cmd_replay(int argc, char **argv, bool plot)
         }
         if ((out.history || out.plot) && !o.history_capacity) /* room for every event of the replay */
             o.history_capacity = 3 * t.nops * (o.passes ? o.passes : 1) + 4096;
+        /* A history written out or drawn is looked at, or made into a trace: every event in its place
+         * matters more than the cost of recording it. */
+        if (out.history || out.plot)
+            o.history_flags |= TIDE_HISTORY_ORDERED;
         out.title = base_name(files[fi]);
         for (int ci = 0; ci < nconfs; ci++) {
             struct replay_result r;

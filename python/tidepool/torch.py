@@ -176,11 +176,11 @@ def record_memory_history(enabled=True, max_entries=100000, stacks=False, device
     """Starts (or, with enabled=False, stops) tidepool's history of allocator events on one device (all
     devices if device is None). stacks=True records each event's native call stack.
 
-    ordered=True (the default, as PyTorch's own history is) keeps the events of several threads in
-    their exact order: PyTorch's autograd frees on a thread of its own, and memory_snapshot()'s
-    device_traces and dump_trace need every free after its allocation. ordered=False costs less per
-    event (a thread claims slots 64 at a time), but two threads' events then interleave in blocks of
-    up to 64: a free can come before its allocation, and dump_trace refuses such a history."""
+    ordered=True (the default, as PyTorch's own history is) keeps every event in its exact order.
+    ordered=False costs less per event: one stream's allocations and frees stay in their exact order
+    (PyTorch's autograd frees on a thread of its own, on the same stream), but streams take event
+    numbers 512 at a time, so two streams' events, and a stream's events with segment events,
+    interleave in blocks of up to 512; dump_trace refuses such a history."""
     shim = _require()
     devices = range(torch.cuda.device_count()) if device is None else [_device_index(device)]
     for d in devices:

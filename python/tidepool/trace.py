@@ -76,8 +76,9 @@ def main(argv=None):
         sys.stderr.write("tidepool.trace: %s: %s\n" % (args.history, e))
         return 1
     if history.get("ordered") is False:
-        sys.stderr.write("tidepool.trace: the history was recorded without TIDE_HISTORY_ORDERED: where "
-                         "several threads allocated, their events may be out of order by up to 16\n")
+        sys.stderr.write("tidepool.trace: the history was recorded without TIDE_HISTORY_ORDERED: each "
+                         "stream's events are in order, but where several streams allocated, theirs may "
+                         "interleave in blocks of up to 512\n")
     if history.get("dropped"):
         sys.stderr.write("tidepool.trace: the history's ring dropped its %d oldest events: the trace "
                          "starts later than the program did\n" % history["dropped"])
