@@ -467,10 +467,10 @@ TIDE_API const char *tide_event_kind_name(uint32_t kind);
 enum { TIDE_HISTORY_STACKS = 1, TIDE_HISTORY_ORDERED = 2 };
 
 /* Starts recording with room for the newest `capacity` events (1 to 2^26, rounded up to a power of
- * two), dropping what an earlier history held. Each stream that records gets a ring of capacity + 512
- * events of 16 bytes, taken and touched at its first event (the shared ring, at most 65,536 events of
- * 56 bytes, now). A free that completes at once takes one place and reads back as two events
- * (requested, completed) with the same seq. */
+ * two), dropping (and freeing) what an earlier history held. Each stream gets a ring of capacity + 512
+ * events of 16 bytes, taken and touched now (a stream that appears later: at its first event); rarer
+ * events share a ring of at most 65,536 events of 56 bytes. A free that completes at once takes one
+ * place and reads back as two events (requested, completed) with the same seq. */
 TIDE_API tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flags);
 /* Stops recording; the events stay readable until the next start or tide_destroy. */
 TIDE_API tide_status tide_history_stop(tide_allocator *t);

@@ -238,8 +238,9 @@ static void ring_free(struct heap_ring *r)
     free(r);
 }
 
-/* Room for `capacity` events and the chunk being filled, touched now (under the heap's lock, once)
- * so that no event pays for a page fault later. NULL without host memory. */
+/* Room for `capacity` events and the chunk being filled, touched now (at tide_history_start, or under
+ * the heap's lock at the first event of a heap made later) so that no event pays for a page fault.
+ * NULL without host memory. */
 static struct heap_ring *ring_create(struct history *hist, tide_stream stream)
 {
     struct heap_ring *r = calloc(1, sizeof *r);
