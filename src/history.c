@@ -495,17 +495,42 @@ struct gathered {
     size_t frames_at;                 /* in gather.frames */
 };
 
+/* The events read, a run per ring, each run in order. */
 struct gather {
+    bool stacks;                      /* frames are copied too */
     struct gathered *ev;
     void **frames;                    /* TIDE_HISTORY_MAX_FRAMES per event, with stacks */
     size_t n, cap;
     uint64_t total;                   /* events recorded, read or not */
+    size_t runs[TIDE_MAX_HEAPS + 2];  /* where each run begins; the last, where the events end */
+    size_t nruns;
 };
+
+/* Room for `more` events after those read (outside any lock: a ring is copied in two steps, its size
+ * under the lock, then room, then the copy under the lock again). */
+static bool gather_reserve(struct gather *g, size_t more)
+{
+    if (g->n + more <= g->cap)
+        return true;
+    size_t cap = g->n + more;
+    struct gathered *ev = realloc(g->ev, cap * sizeof *ev);
+    if (!ev)
+        return false;
+    g->ev = ev;
+    if (g->stacks) {
+        void **frames = realloc(g->frames, cap * TIDE_HISTORY_MAX_FRAMES * sizeof *frames);
+        if (!frames)
+            return false;
+        g->frames = frames;
+    }
+    g->cap = cap;
+    return true;
+}
 
 static struct gathered *gather_next(struct gather *g, const void *frames, uint32_t nframes)
 {
     struct gathered *x = &g->ev[g->n];
-    x->nframes = g->frames && frames ? nframes : 0;
+    x->nframes = g->stacks && frames ? nframes : 0;
     x->frames_at = g->n * TIDE_HISTORY_MAX_FRAMES;
     if (x->nframes)
         memcpy(&g->frames[x->frames_at], frames, nframes * sizeof *g->frames);
@@ -513,12 +538,19 @@ static struct gathered *gather_next(struct gather *g, const void *frames, uint32
     return x;
 }
 
-/* The shared ring, under history_write_lock. */
+/* The shared ring's newest events, at most the room there is. Under history_write_lock. */
+static size_t shared_held(const struct history *hist)
+{
+    uint64_t slots = hist->shared_mask + 1;
+    return (size_t)(hist->shared_next < slots ? hist->shared_next : slots);
+}
+
 static void gather_shared(struct gather *g, const struct history *hist)
 {
-    uint64_t end = hist->shared_next, slots = hist->shared_mask + 1;
+    uint64_t end = hist->shared_next;
+    size_t take = shared_held(hist) < g->cap - g->n ? shared_held(hist) : g->cap - g->n;
     g->total += end;
-    for (uint64_t number = end > slots ? end - slots : 0; number < end && g->n < g->cap; number++) {
+    for (uint64_t number = end - take; number < end; number++) {
         size_t index = (size_t)number & hist->shared_mask;
         const struct slot *slot = &hist->slots[index];
         struct gathered *x = gather_next(g, hist->slot_frames ? &hist->slot_frames[index * TIDE_HISTORY_MAX_FRAMES] : NULL,
@@ -533,23 +565,44 @@ static void gather_shared(struct gather *g, const struct history *hist)
     }
 }
 
-/* A heap's ring, under the heap's lock. Events of a chunk between its first and last are placed in
- * time by interpolation; those of the chunk being filled take its first event's time. */
+/* Events in the chunk a heap is filling (or filled last). Under the heap's lock. */
+static uint64_t current_fill(const struct heap *h, const struct heap_ring *r)
+{
+    const struct history_entry *start = &r->entries[(size_t)((r->chunks_begun - 1) % r->nchunks) * r->chunk];
+    return h->history_ring == r && h->history_next ? (uint64_t)(h->history_next - start) : r->sealed_fill;
+}
+
+/* The events a heap's ring holds: its last nchunks chunks, the current one as filled. Under the
+ * heap's lock. */
+static size_t ring_held(const struct heap *h, const struct heap_ring *r)
+{
+    if (!r->chunks_begun)
+        return 0;
+    uint64_t chunks = r->chunks_begun < r->nchunks ? r->chunks_begun : r->nchunks;
+    return (size_t)((chunks - 1) * r->chunk + current_fill(h, r));
+}
+
+/* A heap's ring's newest events, at most the room there is, under the heap's lock. Events of a chunk
+ * between its first and last are placed in time by interpolation; those of the chunk being filled
+ * take its first event's time. */
 static void gather_ring(struct gather *g, struct heap *h, struct heap_ring *r, size_t guard)
 {
     if (!r->chunks_begun)
         return;
-    uint64_t current = r->chunks_begun - 1;
-    const struct history_entry *current_start = &r->entries[(size_t)(current % r->nchunks) * r->chunk];
-    uint64_t current_fill = h->history_ring == r && h->history_next ? (uint64_t)(h->history_next - current_start)
-                                                                   : r->sealed_fill;
-    g->total += current * r->chunk + current_fill;
+    uint64_t current = r->chunks_begun - 1, fill_now = current_fill(h, r);
+    g->total += current * r->chunk + fill_now;
+    size_t held = ring_held(h, r), room = g->cap - g->n;
+    uint64_t skip = held > room ? held - room : 0; /* the oldest, if events came since the room was made */
     uint64_t first = r->chunks_begun > r->nchunks ? r->chunks_begun - r->nchunks : 0;
     for (uint64_t c = first; c <= current; c++) {
         size_t slot = (size_t)(c % r->nchunks);
-        uint64_t fill = c == current ? current_fill : r->chunk;
+        uint64_t fill = c == current ? fill_now : r->chunk;
         uint64_t t0 = r->chunk_first_ns[slot], t1 = r->chunk_last_ns[slot];
-        for (uint64_t k = 0; k < fill && g->n < g->cap; k++) {
+        for (uint64_t k = 0; k < fill; k++) {
+            if (skip) {
+                skip--;
+                continue;
+            }
             size_t index = slot * r->chunk + (size_t)k;
             const struct history_entry *e = &r->entries[index];
             struct gathered *x = gather_next(g, r->frames ? &r->frames[index * TIDE_HISTORY_MAX_FRAMES] : NULL,
@@ -565,10 +618,37 @@ static void gather_ring(struct gather *g, struct heap *h, struct heap_ring *r, s
     }
 }
 
+static void gather_run_ends(struct gather *g)
+{
+    g->runs[++g->nruns] = g->n;
+}
+
 static int by_seq(const void *a, const void *b)
 {
     uint64_t x = ((const struct gathered *)a)->seq, y = ((const struct gathered *)b)->seq;
     return (x > y) - (x < y);
+}
+
+/* With many runs (streams), one sort beats a merge that looks at every run's head for each event. */
+#define MERGE_RUNS_MAX 16
+static void gather_sort_if_many(struct gather *g)
+{
+    if (g->nruns <= MERGE_RUNS_MAX)
+        return;
+    qsort(g->ev, g->n, sizeof *g->ev, by_seq);
+    g->runs[1] = g->n;
+    g->nruns = 1;
+}
+
+/* The next event in order across the runs (each in order already): the lowest number at their heads.
+ * next[] holds each run's head. */
+static const struct gathered *merge_next(const struct gather *g, size_t *next)
+{
+    size_t best = SIZE_MAX;
+    for (size_t k = 0; k < g->nruns; k++)
+        if (next[k] < g->runs[k + 1] && (best == SIZE_MAX || g->ev[next[k]].seq < g->ev[next[best]].seq))
+            best = k;
+    return best == SIZE_MAX ? NULL : &g->ev[next[best]++];
 }
 
 /* tide_history_read of hist, under history_lock (which keeps a start from freeing it meanwhile). */
@@ -580,44 +660,52 @@ static tide_status read_locked(tide_allocator *t, struct history *hist, tide_eve
         *dropped = 0;
     if (!hist)
         return TIDE_OK;
-    /* Room for everything the rings that exist now can hold; a ring made meanwhile began after this
-     * read did, and is left out. */
-    struct heap_ring *rings[TIDE_MAX_HEAPS];
-    uint32_t nheaps = atomic_load(&t->nheaps);
-    size_t room = hist->shared_mask + 1;
-    for (uint32_t i = 0; i < nheaps; i++) {
-        rings[i] = atomic_load_explicit(&hist->rings[i], memory_order_acquire);
-        if (rings[i])
-            room += (size_t)rings[i]->nchunks * rings[i]->chunk;
+    struct gather g = {(hist->flags & TIDE_HISTORY_STACKS) != 0, NULL, NULL, 0, 0, 0, {0}, 0};
+    pthread_mutex_lock(&t->history_write_lock);
+    size_t want = shared_held(hist);
+    pthread_mutex_unlock(&t->history_write_lock);
+    bool ok = gather_reserve(&g, want);
+    if (ok) {
+        pthread_mutex_lock(&t->history_write_lock);
+        gather_shared(&g, hist);
+        pthread_mutex_unlock(&t->history_write_lock);
+        gather_run_ends(&g);
     }
-    struct gather g = {malloc(room * sizeof *g.ev), NULL, 0, room, 0};
-    if (hist->flags & TIDE_HISTORY_STACKS)
-        g.frames = malloc(room * TIDE_HISTORY_MAX_FRAMES * sizeof *g.frames);
-    if (!g.ev || ((hist->flags & TIDE_HISTORY_STACKS) && !g.frames)) {
+    /* Each ring that exists now; one made meanwhile began after this read did, and is left out. */
+    uint32_t nheaps = atomic_load(&t->nheaps);
+    for (uint32_t i = 0; ok && i < nheaps; i++) {
+        struct heap_ring *r = atomic_load_explicit(&hist->rings[i], memory_order_acquire);
+        if (!r)
+            continue;
+        struct heap *h = t->heaps[i];
+        heap_lock(h);
+        want = ring_held(h, r);
+        heap_unlock(h);
+        if (!(ok = gather_reserve(&g, want)))
+            break;
+        heap_lock(h);
+        gather_ring(&g, h, r, t->guard);
+        heap_unlock(h);
+        gather_run_ends(&g);
+    }
+    if (!ok) {
         free(g.ev);
         free(g.frames);
         return tide__fail(TIDE_EHOSTMEM, "tide_history_read: out of host memory");
     }
-    pthread_mutex_lock(&t->history_write_lock);
-    gather_shared(&g, hist);
-    pthread_mutex_unlock(&t->history_write_lock);
-    for (uint32_t i = 0; i < nheaps; i++) {
-        if (!rings[i])
-            continue;
-        struct heap *h = t->heaps[i];
-        heap_lock(h);
-        gather_ring(&g, h, rings[i], t->guard);
-        heap_unlock(h);
-    }
-    /* The newest `capacity` events, oldest first. */
-    qsort(g.ev, g.n, sizeof *g.ev, by_seq);
-    size_t begin = g.n > hist->capacity ? g.n - hist->capacity : 0;
+    /* The newest `capacity` events, oldest first: the runs merged by number. */
+    gather_sort_if_many(&g);
+    size_t skip = g.n > hist->capacity ? g.n - hist->capacity : 0;
     uint64_t lost = atomic_load_explicit(&hist->lost, memory_order_relaxed);
     if (dropped)
-        *dropped = g.total + lost - (g.n - begin);
-    size_t n = 0;
-    for (size_t i = begin; i < g.n && n < cap; i++) {
-        const struct gathered *x = &g.ev[i];
+        *dropped = g.total + lost - (g.n - skip);
+    size_t heads[TIDE_MAX_HEAPS + 1], n = 0;
+    for (size_t k = 0; k < g.nruns; k++)
+        heads[k] = g.runs[k];
+    const struct gathered *x;
+    for (size_t i = 0; n < cap && (x = merge_next(&g, heads)); i++) {
+        if (i < skip)
+            continue;
         tide_event *e = &out[n++];
         e->seq = x->seq;
         e->time_ns = x->time_ns;
