@@ -76,7 +76,6 @@ struct history {
     unsigned flags;
     uint32_t chunk;                   /* events a heap numbers at once: CHUNK (at most capacity), or 1 */
     _Atomic(uint64_t) next_seq;
-    uint64_t ns0;                     /* CLOCK_MONOTONIC at start */
     _Atomic(uint64_t) lost;           /* events not recorded: no host memory for a heap's ring */
     /* events outside heaps' locks */
     struct slot *slots;
@@ -269,10 +268,11 @@ static struct heap_ring *ring_create(struct history *hist, tide_stream stream)
     return r;
 }
 
-/* Where an entry lies in its ring. */
-static size_t entry_index(const struct heap_ring *r, const struct history_entry *e)
+/* Events in the chunk a heap is filling (or filled last). Under the heap's lock. */
+static uint64_t current_fill(const struct heap *h, const struct heap_ring *r)
 {
-    return (size_t)(e - r->entries);
+    const struct history_entry *start = &r->entries[(size_t)((r->chunks_begun - 1) % r->nchunks) * r->chunk];
+    return h->history_ring == r && h->history_next ? (uint64_t)(h->history_next - start) : r->sealed_fill;
 }
 
 /* The heap stops recording into its ring: how far it got is kept for readers. Under h's lock. */
@@ -280,7 +280,7 @@ static void heap_detach(struct heap *h)
 {
     struct heap_ring *r = h->history_ring;
     if (r && h->history_next && r->chunks_begun)
-        r->sealed_fill = (uint64_t)(h->history_next - (r->chunk_end - r->chunk));
+        r->sealed_fill = current_fill(h, r);
     h->history_next = h->history_limit = NULL;
     h->history_ring = NULL;
 }
@@ -328,7 +328,7 @@ __attribute__((noinline)) void history_heap_slow(struct heap *h, uint32_t kind, 
         r->chunk_last_ns[slot] = 0;
         r->chunks_begun++;
     }
-    size_t index = entry_index(r, e);
+    size_t index = (size_t)(e - r->entries);
     uint32_t flags = 0;
     if (tag) {
         if (!r->tags)
@@ -404,7 +404,6 @@ tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flag
     hist->capacity = capacity;
     hist->flags = flags;
     hist->chunk = flags & TIDE_HISTORY_ORDERED ? 1 : capacity < CHUNK ? (uint32_t)capacity : CHUNK;
-    hist->ns0 = monotonic_ns();
     /* The rings of the streams there are now, made and touched before any lock is taken (a stream
      * that appears later makes its own at its first event). */
     uint32_t made = atomic_load(&t->nheaps);
@@ -548,7 +547,7 @@ static size_t shared_held(const struct history *hist)
 static void gather_shared(struct gather *g, const struct history *hist)
 {
     uint64_t end = hist->shared_next;
-    size_t take = shared_held(hist) < g->cap - g->n ? shared_held(hist) : g->cap - g->n;
+    size_t held = shared_held(hist), take = held < g->cap - g->n ? held : g->cap - g->n;
     g->total += end;
     for (uint64_t number = end - take; number < end; number++) {
         size_t index = (size_t)number & hist->shared_mask;
@@ -565,12 +564,6 @@ static void gather_shared(struct gather *g, const struct history *hist)
     }
 }
 
-/* Events in the chunk a heap is filling (or filled last). Under the heap's lock. */
-static uint64_t current_fill(const struct heap *h, const struct heap_ring *r)
-{
-    const struct history_entry *start = &r->entries[(size_t)((r->chunks_begun - 1) % r->nchunks) * r->chunk];
-    return h->history_ring == r && h->history_next ? (uint64_t)(h->history_next - start) : r->sealed_fill;
-}
 
 /* The events a heap's ring holds: its last nchunks chunks, the current one as filled. Under the
  * heap's lock. */
