@@ -117,7 +117,21 @@ void micro(Allocators &a, int reps, const char *only)
     }
     const bench_allocator *all[3] = {&a.tidepool, &a.torch, &a.async};
     const char *patterns[] = {"same 1 MiB", "random 256B-4MiB, 64 live", "random 1MiB-256MiB, 16 live",
-                              "1 thread", "2 threads", "4 threads", "8 threads"};
+                              "1 thread", "2 threads", "4 threads", "8 threads",
+                              "1 thread, 7 cores busy (a control)", "8 threads, an allocator each (a control)"};
+    // The last control: 8 tidepool allocators, one per thread, so that nothing of tidepool is shared.
+    tide_allocator *own[8] = {};
+    bench_allocator own_b[8];
+    const bench_allocator *each[8];
+    for (int i = 0; i < 8; i++) {
+        tide_backend be;
+        if (tide_backend_cuda(0, &be) != TIDE_OK || tide_create(&be, nullptr, &own[i]) != TIDE_OK) {
+            fprintf(stderr, "tidepool: %s\n", tide_last_error());
+            exit(1);
+        }
+        own_b[i] = bench_allocator{"tidepool", own[i], tide_alloc_fn, tide_free_fn};
+        each[i] = &own_b[i];
+    }
     // One pattern at a time, the three allocators taking turns within each repetition, so that the
     // machine's drift over the run falls on all alike.
     auto run = [&](int row, const bench_allocator *al) {
@@ -125,24 +139,38 @@ void micro(Allocators &a, int reps, const char *only)
         case 0: return bench_same_size(al, 1u << 20, 300000, handles[0]);
         case 1: return bench_random(al, 256, 4u << 20, 64, 200000, handles[0]);
         case 2: return bench_random(al, 1u << 20, 256u << 20, 16, 50000, handles[0]);
+        case 7: return bench_threads_busy(al, 7, handles.data(), 100000);
+        case 8: return al == &a.tidepool ? bench_threads_each(each, 8, handles.data(), 100000) : 0.0;
         default: return bench_threads(al, 1 << (row - 3), handles.data(), 100000);
         }
     };
-    double result[7][3];
-    for (int row = 0; row < 7; row++) {
+    const int rows = 9;
+    double result[rows][3], arithmetic[2][2][32]; // [chains: 1, 8][threads: 1, 8]
+    for (int row = 0; row < rows; row++) {
         double v[3][32];
         for (int r = 0; r < reps; r++)
             for (int k = 0; k < 3; k++)
                 v[k][r] = !only || !strcmp(only, all[k]->name) ? run(row, all[k]) : 0.0;
+        if (row == 6) // the machine's own scaling, measured beside the threaded rows
+            for (int r = 0; r < reps; r++)
+                for (int wide = 0; wide < 2; wide++) {
+                    arithmetic[wide][0][r] = bench_arithmetic(1, wide ? 250000 : 2000000, wide);
+                    arithmetic[wide][1][r] = bench_arithmetic(8, wide ? 250000 : 2000000, wide);
+                }
         CUDA_OK(cudaDeviceSynchronize());
         for (int k = 0; k < 3; k++)
             result[row][k] = bench_median(v[k], reps);
     }
     printf("| pattern (ns per alloc+free pair, median of %d) | tidepool | PyTorch | cudaMallocAsync | "
            "PyTorch / tidepool | cudaMallocAsync / tidepool |\n|---|---|---|---|---|---|\n", reps);
-    for (int row = 0; row < 7; row++)
+    for (int row = 0; row < rows; row++) {
+        if (row == 8) {
+            printf("| %s | %.1f | - | - | - | - |\n", patterns[row], result[row][0]);
+            continue;
+        }
         printf("| %s | %.1f | %.1f | %.1f | %.1fx | %.1fx |\n", patterns[row], result[row][0], result[row][1],
                result[row][2], result[row][1] / result[row][0], result[row][2] / result[row][0]);
+    }
     int cpus[64];
     int pinned = bench_pin_cpus(cpus, 64);
     if (pinned)
@@ -152,6 +180,19 @@ void micro(Allocators &a, int reps, const char *only)
     printf("\nthroughput with 8 threads on 8 streams, as a multiple of one thread's: tidepool %.2fx, "
            "PyTorch %.2fx, cudaMallocAsync %.2fx\n",
            result[3][0] / result[6][0], result[3][1] / result[6][1], result[3][2] / result[6][2]);
+    double scale[2];
+    for (int wide = 0; wide < 2; wide++)
+        scale[wide] = bench_median(arithmetic[wide][0], reps) / bench_median(arithmetic[wide][1], reps);
+    printf("controls: arithmetic alone (no memory, nothing shared) scales %.2fx from 1 to 8 threads on this "
+           "machine now as one dependent chain a thread, %.2fx as eight chains (every ALU busy); over one "
+           "thread with 7 cores busy, 8 threads give: tidepool %.2fx, PyTorch %.2fx, cudaMallocAsync %.2fx\n",
+           scale[0], scale[1], result[7][0] / result[6][0], result[7][1] / result[6][1], result[7][2] / result[6][2]);
+    printf("controls: tidepool with an allocator per thread gives %.2fx one thread's throughput (one shared "
+           "allocator: %.2fx)\n", result[3][0] / result[8][0], result[3][0] / result[6][0]);
+    for (auto t : own) {
+        tide_empty_cache(t, nullptr);
+        tide_destroy(t);
+    }
     for (auto s : streams)
         CUDA_OK(cudaStreamDestroy(s));
 }

@@ -7,6 +7,9 @@
  *   random 256B-4MiB    log-uniform sizes, 64 live, each step frees a random one and allocates anew
  *   random 1MiB-256MiB  the same with 16 live
  *   threads             the small random pattern from T threads at once, each on its own stream
+ *   1 thread, 7 busy    the one-thread pattern while seven other cores run arithmetic (a control)
+ *   8 allocators        the threaded pattern with each thread on an allocator of its own: nothing of
+ *                       the allocator is shared, so its scaling is the machine's (a control)
  *
  * Sizes are drawn before timing starts. Results are nanoseconds per alloc+free pair; the threaded
  * pattern reports the time per pair of all threads together (wall time / all pairs).
@@ -191,10 +194,11 @@ static inline double bench_random(const struct bench_allocator *a, size_t lo, si
     return r.ns_per_pair;
 }
 
-/* The small random pattern from `threads` threads, each on streams[i]. Returns wall ns per pair of
- * all threads together, timed from when all are ready to when all are done. */
-static inline double bench_threads(const struct bench_allocator *a, int threads, const uintptr_t *streams,
-                                   size_t pairs_per_thread)
+/* The small random pattern from `threads` threads, thread i on streams[i] through each[i] (the same
+ * allocator for all, or one each). Returns wall ns per pair of all threads together, timed from when
+ * all are ready to when all are done. */
+static inline double bench_threads_each(const struct bench_allocator *const *each, int threads,
+                                        const uintptr_t *streams, size_t pairs_per_thread)
 {
     pthread_t th[64];
     struct bench_random_args args[64];
@@ -204,7 +208,7 @@ static inline double bench_threads(const struct bench_allocator *a, int threads,
     int cpus[64];
     int ncpus = bench_pin_cpus(cpus, 64);
     for (int i = 0; i < threads; i++) {
-        args[i] = (struct bench_random_args){a, 256, 4u << 20, pairs_per_thread, 64, 1000 + (uint64_t)i,
+        args[i] = (struct bench_random_args){each[i], 256, 4u << 20, pairs_per_thread, 64, 1000 + (uint64_t)i,
                                              streams[i], 0, &start, &stop, i < ncpus ? cpus[i] : -1};
         pthread_create(&th[i], NULL, bench_random_run, &args[i]);
     }
@@ -217,6 +221,109 @@ static inline double bench_threads(const struct bench_allocator *a, int threads,
     pthread_barrier_destroy(&start);
     pthread_barrier_destroy(&stop);
     return wall * 1e9 / (double)(pairs_per_thread * (size_t)threads);
+}
+
+/* The same, every thread through one allocator. */
+static inline double bench_threads(const struct bench_allocator *a, int threads, const uintptr_t *streams,
+                                   size_t pairs_per_thread)
+{
+    const struct bench_allocator *each[64];
+    for (int i = 0; i < threads; i++)
+        each[i] = a;
+    return bench_threads_each(each, threads, streams, pairs_per_thread);
+}
+
+/* ---- controls for the threaded pattern ----------------------------------------------------------------
+ * Eight threads' throughput over one thread's mixes the allocator's scaling with the machine's: a
+ * virtual machine's CPUs may share physical cores, and their clocks move with the host's load. Three
+ * controls separate the two:
+ *   - bench_arithmetic: arithmetic alone (no memory, nothing shared), as one dependent chain a thread
+ *     (most of a core stays idle) or as eight chains (the core's units kept busy);
+ *   - bench_threads_busy: the one-thread pattern while other cores run arithmetic;
+ *   - bench_threads_each (above) with an allocator per thread: the same work, nothing of the allocator
+ *     shared between the threads. */
+
+struct bench_spin_args {
+    uint64_t iterations;              /* 0: until *stop is set */
+    int wide;                         /* 8 independent chains (the core's ALUs all busy), or 1 chain */
+    const volatile int *stop;
+    uint64_t result;                  /* kept, so the work is not optimized away */
+    pthread_barrier_t *start, *done;
+    int cpu;
+};
+
+static inline void *bench_spin_run(void *p)
+{
+    struct bench_spin_args *s = (struct bench_spin_args *)p;
+    if (s->cpu >= 0)
+        bench_pin_self(s->cpu);
+    uint64_t x[8];
+    for (int c = 0; c < 8; c++)
+        x[c] = 0x243F6A8885A308D3ull * (uint64_t)(c + 1) ^ (uint64_t)s->cpu;
+    int chains = s->wide ? 8 : 1;
+    if (s->start)
+        pthread_barrier_wait(s->start);
+    for (uint64_t i = 0; s->iterations ? i < s->iterations : !__atomic_load_n(s->stop, __ATOMIC_RELAXED); i++)
+        for (int k = 0; k < 64; k++) /* xorshift: each chain a dependent run of single-cycle operations */
+            for (int c = 0; c < chains; c++) {
+                x[c] ^= x[c] << 13;
+                x[c] ^= x[c] >> 7;
+                x[c] ^= x[c] << 17;
+            }
+    s->result = x[0] ^ x[1] ^ x[2] ^ x[3] ^ x[4] ^ x[5] ^ x[6] ^ x[7];
+    if (s->done)
+        pthread_barrier_wait(s->done);
+    return NULL;
+}
+
+/* Arithmetic from `threads` threads at once, each the same amount: wall ns per unit of all threads
+ * together. One chain waits on each operation, and leaves most of a core's units idle (so it scales
+ * even where two threads share a core); eight chains keep them busy, as an allocator's code does. */
+static inline double bench_arithmetic(int threads, uint64_t iterations, int wide)
+{
+    pthread_t th[64];
+    struct bench_spin_args args[64];
+    pthread_barrier_t start, done;
+    pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+    pthread_barrier_init(&done, NULL, (unsigned)threads + 1);
+    int cpus[64];
+    int ncpus = bench_pin_cpus(cpus, 64);
+    for (int i = 0; i < threads; i++) {
+        args[i] = (struct bench_spin_args){iterations, wide, NULL, 0, &start, &done, i < ncpus ? cpus[i] : -1};
+        pthread_create(&th[i], NULL, bench_spin_run, &args[i]);
+    }
+    pthread_barrier_wait(&start);
+    double t0 = bench_now();
+    pthread_barrier_wait(&done);
+    double wall = bench_now() - t0;
+    for (int i = 0; i < threads; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&start);
+    pthread_barrier_destroy(&done);
+    return wall * 1e9 / (double)(iterations * (uint64_t)threads);
+}
+
+/* The one-thread pattern while `busy` other threads run arithmetic (pinned to the next cores with
+ * BENCH_PIN=1). */
+static inline double bench_threads_busy(const struct bench_allocator *a, int busy, const uintptr_t *streams,
+                                        size_t pairs)
+{
+    pthread_t th[64];
+    struct bench_spin_args args[64];
+    volatile int stop = 0;
+    int cpus[64];
+    int ncpus = bench_pin_cpus(cpus, 64);
+    for (int i = 0; i < busy; i++) {
+        args[i] = (struct bench_spin_args){0, 1, &stop, 0, NULL, NULL, i + 1 < ncpus ? cpus[i + 1] : -1};
+        pthread_create(&th[i], NULL, bench_spin_run, &args[i]);
+    }
+    struct timespec ramp = {0, 20 * 1000 * 1000}; /* the cores' clocks settle under load */
+    nanosleep(&ramp, NULL);
+    double ns = bench_threads(a, 1, streams, pairs);
+    __atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < busy; i++)
+        pthread_join(th[i], NULL);
+    return ns;
 }
 
 static inline int bench_compare_double(const void *x, const void *y)

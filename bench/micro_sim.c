@@ -11,6 +11,7 @@
 #include "tidepool.h"
 
 #include <string.h>
+#include <unistd.h>
 
 static void *t_alloc(void *ctx, size_t size, uintptr_t stream)
 {
@@ -61,15 +62,58 @@ int main(int argc, char **argv)
     for (int r = 0; r < reps; r++)
         v[r] = bench_random(&a, 1u << 20, 256u << 20, 16, 200000, 0);
     printf("  random 1-256MiB, 16   %8.1f\n", bench_median(v, reps));
-    double one = 0;
+    double one = 0, eight = 0;
     for (int threads = 1; threads <= 8; threads *= 2) {
         for (int r = 0; r < reps; r++)
             v[r] = bench_threads(&a, threads, streams, 500000);
         double ns = bench_median(v, reps);
         if (threads == 1)
             one = ns;
+        eight = ns;
         printf("  %d thread%s, own streams %8.1f   (throughput %.2fx one thread)\n", threads,
                threads == 1 ? " " : "s", ns, one / ns);
+    }
+    /* The control with nothing of the allocator shared: an allocator (and a device) per thread. */
+    tide_sim *own_sim[8];
+    tide_allocator *own[8];
+    struct bench_allocator own_b[8];
+    const struct bench_allocator *each[8];
+    uintptr_t own_streams[8] = {0};
+    for (int i = 0; i < 8; i++) {
+        if (tide_sim_create(&o, &own_sim[i]) != TIDE_OK)
+            return 1;
+        tide_backend own_be = tide_sim_backend(own_sim[i]);
+        if (tide_create(&own_be, NULL, &own[i]) != TIDE_OK)
+            return 1;
+        own_b[i] = (struct bench_allocator){"tidepool (sim)", own[i], t_alloc, t_free};
+        each[i] = &own_b[i];
+    }
+    for (int r = 0; r < reps; r++)
+        v[r] = bench_threads_each(each, 8, own_streams, 500000);
+    double separate = bench_median(v, reps);
+    printf("  8 allocators, 1 each  %8.1f   (throughput %.2fx one thread)\n", separate, one / separate);
+    for (int i = 0; i < 8; i++) {
+        tide_destroy(own[i]);
+        tide_sim_destroy(own_sim[i]);
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus >= 8) {
+        for (int r = 0; r < reps; r++)
+            v[r] = bench_threads_busy(&a, 7, streams, 500000);
+        double busy = bench_median(v, reps);
+        printf("  1 thread, 7 busy      %8.1f   (8 threads give %.2fx this)\n", busy, busy / eight);
+    } else {
+        printf("  1 thread, 7 busy      (needs 8 CPUs; this machine has %ld)\n", cpus);
+    }
+    for (int wide = 0; wide < 2; wide++) {
+        double arith[2][32];
+        uint64_t iterations = wide ? 250000 : 2000000;
+        for (int r = 0; r < reps; r++) {
+            arith[0][r] = bench_arithmetic(1, iterations, wide);
+            arith[1][r] = bench_arithmetic(8, iterations, wide);
+        }
+        printf("  arithmetic alone, %s, scales %.2fx from 1 to 8 threads on this machine\n",
+               wide ? "eight chains a thread" : "one chain a thread", bench_median(arith[0], reps) / bench_median(arith[1], reps));
     }
     tide_empty_cache(t, NULL);
     tide_destroy(t);
