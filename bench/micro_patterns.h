@@ -194,33 +194,56 @@ static inline double bench_random(const struct bench_allocator *a, size_t lo, si
     return r.ns_per_pair;
 }
 
+/* Threads timed together: each waits on `start` when ready and on `stop` when done; bench_gate_wall
+ * gives the wall seconds between the two, and joins them. */
+struct bench_gate {
+    pthread_barrier_t start, stop;
+    pthread_t threads[64];
+    int n;
+};
+
+static inline void bench_gate_init(struct bench_gate *g, int threads)
+{
+    pthread_barrier_init(&g->start, NULL, (unsigned)threads + 1);
+    pthread_barrier_init(&g->stop, NULL, (unsigned)threads + 1);
+    g->n = 0;
+}
+
+static inline void bench_gate_launch(struct bench_gate *g, void *(*run)(void *), void *arg)
+{
+    pthread_create(&g->threads[g->n++], NULL, run, arg);
+}
+
+static inline double bench_gate_wall(struct bench_gate *g)
+{
+    pthread_barrier_wait(&g->start);
+    double t0 = bench_now();
+    pthread_barrier_wait(&g->stop);
+    double wall = bench_now() - t0;
+    for (int i = 0; i < g->n; i++)
+        pthread_join(g->threads[i], NULL);
+    pthread_barrier_destroy(&g->start);
+    pthread_barrier_destroy(&g->stop);
+    return wall;
+}
+
 /* The small random pattern from `threads` threads, thread i on streams[i] through each[i] (the same
  * allocator for all, or one each). Returns wall ns per pair of all threads together, timed from when
  * all are ready to when all are done. */
 static inline double bench_threads_each(const struct bench_allocator *const *each, int threads,
                                         const uintptr_t *streams, size_t pairs_per_thread)
 {
-    pthread_t th[64];
     struct bench_random_args args[64];
-    pthread_barrier_t start, stop;
-    pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
-    pthread_barrier_init(&stop, NULL, (unsigned)threads + 1);
+    struct bench_gate g;
+    bench_gate_init(&g, threads);
     int cpus[64];
     int ncpus = bench_pin_cpus(cpus, 64);
     for (int i = 0; i < threads; i++) {
         args[i] = (struct bench_random_args){each[i], 256, 4u << 20, pairs_per_thread, 64, 1000 + (uint64_t)i,
-                                             streams[i], 0, &start, &stop, i < ncpus ? cpus[i] : -1};
-        pthread_create(&th[i], NULL, bench_random_run, &args[i]);
+                                             streams[i], 0, &g.start, &g.stop, i < ncpus ? cpus[i] : -1};
+        bench_gate_launch(&g, bench_random_run, &args[i]);
     }
-    pthread_barrier_wait(&start);
-    double t0 = bench_now();
-    pthread_barrier_wait(&stop);
-    double wall = bench_now() - t0;
-    for (int i = 0; i < threads; i++)
-        pthread_join(th[i], NULL);
-    pthread_barrier_destroy(&start);
-    pthread_barrier_destroy(&stop);
-    return wall * 1e9 / (double)(pairs_per_thread * (size_t)threads);
+    return bench_gate_wall(&g) * 1e9 / (double)(pairs_per_thread * (size_t)threads);
 }
 
 /* The same, every thread through one allocator. */
@@ -281,26 +304,16 @@ static inline void *bench_spin_run(void *p)
  * even where two threads share a core); eight chains keep them busy, as an allocator's code does. */
 static inline double bench_arithmetic(int threads, uint64_t iterations, int wide)
 {
-    pthread_t th[64];
     struct bench_spin_args args[64];
-    pthread_barrier_t start, done;
-    pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
-    pthread_barrier_init(&done, NULL, (unsigned)threads + 1);
+    struct bench_gate g;
+    bench_gate_init(&g, threads);
     int cpus[64];
     int ncpus = bench_pin_cpus(cpus, 64);
     for (int i = 0; i < threads; i++) {
-        args[i] = (struct bench_spin_args){iterations, wide, NULL, 0, &start, &done, i < ncpus ? cpus[i] : -1};
-        pthread_create(&th[i], NULL, bench_spin_run, &args[i]);
+        args[i] = (struct bench_spin_args){iterations, wide, NULL, 0, &g.start, &g.stop, i < ncpus ? cpus[i] : -1};
+        bench_gate_launch(&g, bench_spin_run, &args[i]);
     }
-    pthread_barrier_wait(&start);
-    double t0 = bench_now();
-    pthread_barrier_wait(&done);
-    double wall = bench_now() - t0;
-    for (int i = 0; i < threads; i++)
-        pthread_join(th[i], NULL);
-    pthread_barrier_destroy(&start);
-    pthread_barrier_destroy(&done);
-    return wall * 1e9 / (double)(iterations * (uint64_t)threads);
+    return bench_gate_wall(&g) * 1e9 / (double)(iterations * (uint64_t)threads);
 }
 
 /* The one-thread pattern while `busy` other threads run arithmetic (pinned to the next cores with
