@@ -33,6 +33,51 @@ static void t_free(void *ctx, void *p, size_t size, uintptr_t stream)
     }
 }
 
+/* The threaded pattern with nothing of the allocator shared: an allocator (and a device) per thread.
+ * Returns ns per pair, or a negative number if one could not be made. */
+static double separate_allocators(const tide_sim_options *o, int reps)
+{
+    tide_sim *sims[8] = {0};
+    tide_allocator *own[8] = {0};
+    struct bench_allocator tables[8];
+    const struct bench_allocator *each[8];
+    uintptr_t streams[8] = {0}; /* each device's default stream */
+    double ns = -1, v[32];
+    int made = 0;
+    for (; made < 8; made++) {
+        if (tide_sim_create(o, &sims[made]) != TIDE_OK)
+            goto done;
+        tide_backend be = tide_sim_backend(sims[made]);
+        if (tide_create(&be, NULL, &own[made]) != TIDE_OK)
+            goto done;
+        tables[made] = (struct bench_allocator){"tidepool (sim)", own[made], t_alloc, t_free};
+        each[made] = &tables[made];
+    }
+    for (int r = 0; r < reps; r++)
+        v[r] = bench_threads_each(each, 8, streams, 500000);
+    ns = bench_median(v, reps);
+done:
+    for (int i = 0; i < 8; i++) {
+        if (own[i])
+            tide_destroy(own[i]);
+        if (sims[i])
+            tide_sim_destroy(sims[i]);
+    }
+    return ns;
+}
+
+/* Arithmetic alone, one thread's time over eight threads' (see bench_arithmetic). */
+static double arithmetic_scaling(int wide, int reps)
+{
+    double one[32], eight[32];
+    uint64_t iterations = wide ? 250000 : 2000000;
+    for (int r = 0; r < reps; r++) {
+        one[r] = bench_arithmetic(1, iterations, wide);
+        eight[r] = bench_arithmetic(8, iterations, wide);
+    }
+    return bench_median(one, reps) / bench_median(eight, reps);
+}
+
 int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 5;
@@ -73,29 +118,13 @@ int main(int argc, char **argv)
         printf("  %d thread%s, own streams %8.1f   (throughput %.2fx one thread)\n", threads,
                threads == 1 ? " " : "s", ns, one / ns);
     }
-    /* The control with nothing of the allocator shared: an allocator (and a device) per thread. */
-    tide_sim *own_sim[8];
-    tide_allocator *own[8];
-    struct bench_allocator own_b[8];
-    const struct bench_allocator *each[8];
-    uintptr_t own_streams[8] = {0};
-    for (int i = 0; i < 8; i++) {
-        if (tide_sim_create(&o, &own_sim[i]) != TIDE_OK)
-            return 1;
-        tide_backend own_be = tide_sim_backend(own_sim[i]);
-        if (tide_create(&own_be, NULL, &own[i]) != TIDE_OK)
-            return 1;
-        own_b[i] = (struct bench_allocator){"tidepool (sim)", own[i], t_alloc, t_free};
-        each[i] = &own_b[i];
-    }
-    for (int r = 0; r < reps; r++)
-        v[r] = bench_threads_each(each, 8, own_streams, 500000);
-    double separate = bench_median(v, reps);
-    printf("  8 allocators, 1 each  %8.1f   (throughput %.2fx one thread)\n", separate, one / separate);
-    for (int i = 0; i < 8; i++) {
-        tide_destroy(own[i]);
-        tide_sim_destroy(own_sim[i]);
-    }
+
+    /* The controls (bench/micro_patterns.h): what of that scaling is the machine's. */
+    double separate = separate_allocators(&o, reps);
+    if (separate > 0)
+        printf("  8 allocators, 1 each  %8.1f   (throughput %.2fx one thread)\n", separate, one / separate);
+    else
+        printf("  8 allocators, 1 each  (could not make them: %s)\n", tide_last_error());
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (cpus >= 8) {
         for (int r = 0; r < reps; r++)
@@ -105,16 +134,10 @@ int main(int argc, char **argv)
     } else {
         printf("  1 thread, 7 busy      (needs 8 CPUs; this machine has %ld)\n", cpus);
     }
-    for (int wide = 0; wide < 2; wide++) {
-        double arith[2][32];
-        uint64_t iterations = wide ? 250000 : 2000000;
-        for (int r = 0; r < reps; r++) {
-            arith[0][r] = bench_arithmetic(1, iterations, wide);
-            arith[1][r] = bench_arithmetic(8, iterations, wide);
-        }
-        printf("  arithmetic alone, %s, scales %.2fx from 1 to 8 threads on this machine\n",
-               wide ? "eight chains a thread" : "one chain a thread", bench_median(arith[0], reps) / bench_median(arith[1], reps));
-    }
+    printf("  arithmetic alone, one chain a thread, scales %.2fx from 1 to 8 threads on this machine\n",
+           arithmetic_scaling(0, reps));
+    printf("  arithmetic alone, eight chains a thread, scales %.2fx from 1 to 8 threads on this machine\n",
+           arithmetic_scaling(1, reps));
     tide_empty_cache(t, NULL);
     tide_destroy(t);
     tide_sim_destroy(sim);
