@@ -458,7 +458,9 @@ tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream,
     if (!b && s == TIDE_OK) {
         s = pressure_malloc(t, h, pool, rounded, size, &b);
         allocator_debug_check(t, 1, "tide_malloc (slow path)");
-        if (b) {
+        /* The lock only for a history's sake (its ring is written under it): a start that races
+         * with this test begins just after this allocation. */
+        if (b && atomic_load_explicit(&t->history, memory_order_relaxed)) {
             heap_lock(h);
             history_heap_alloc(h, b, size, site);
             heap_unlock(h);
