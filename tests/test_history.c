@@ -505,10 +505,10 @@ static void test_one_stream_in_order_from_threads(void)
     fixture_close(&f);
 }
 
-/* The history started, read and stopped again and again (RESTARTS times; each costs about two seconds
- * under valgrind, where the threads take turns) while threads allocate on their streams: a
- * start frees the history before it, which no heap, reader or shared writer may be using then (run
- * under ThreadSanitizer and AddressSanitizer by make check-tsan and check-sanitize). */
+/* The history started, read and stopped again and again (RESTARTS times; each round makes its own
+ * events, so none waits on the other threads, even under valgrind) while threads allocate on their
+ * streams: a start frees the history before it, which no heap, reader or shared writer may be using
+ * then (run under ThreadSanitizer and AddressSanitizer by make check-tsan and check-sanitize). */
 #define RESTARTS 24
 static _Atomic(bool) keep_allocating;
 
