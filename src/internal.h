@@ -660,26 +660,34 @@ void history_record(tide_allocator *t, uint32_t kind, tide_stream stream, uint64
  * its time, the chunk's last event and its time, a tag, a stack) is history_heap_slow. */
 void history_heap_slow(struct heap *h, uint32_t kind, uint64_t addr, uint64_t size, const char *tag,
                        const void *site);
+/* The event into the heap's ring at e, its next entry (not NULL: a history is on). */
+static inline void history_heap_put(struct heap *h, struct history_entry *e, uint32_t kind, uint64_t addr,
+                                    uint64_t size, const void *site)
+{
+    if (__builtin_expect(e < h->history_limit, 1)) {
+        e->addr_kind = addr | kind;
+        e->size = size;
+        h->history_next = e + 1;
+    } else {
+        history_heap_slow(h, kind, addr, size, NULL, site);
+    }
+}
 /* site: where the tidepool call that records was called from, for a stack (TIDE_HISTORY_STACKS), or NULL. */
 static inline void history_heap_event(struct heap *h, uint32_t kind, uint64_t addr, uint64_t size,
                                       const void *site)
 {
     struct history_entry *e = h->history_next;
-    if (__builtin_expect(e != NULL, 0)) {
-        if (__builtin_expect(e < h->history_limit, 1)) {
-            e->addr_kind = addr | kind;
-            e->size = size;
-            h->history_next = e + 1;
-        } else {
-            history_heap_slow(h, kind, addr, size, NULL, site);
-        }
-    }
+    if (__builtin_expect(e != NULL, 0))
+        history_heap_put(h, e, kind, addr, size, site);
 }
 /* Whether any thread ever set a tag (tide_set_tag): until then an allocation looks up none. */
 extern _Atomic(bool) history_tags_in_use;
 void history_heap_alloc_tagged(struct heap *h, struct block *b, size_t size, void *site);
 /* A new ACTIVE block, under h's lock: its call site and tag (kept while a history is on, for the
- * snapshot and the leak report) and its alloc event. */
+ * snapshot and the leak report) and its alloc event. The ring's next entry is tested for NULL once and
+ * read again after the store to b (through history_heap_event the compiler would test it again, since
+ * the store might have changed it; keeping the first read in a register instead costs the path with
+ * no history an instruction). */
 static inline void history_heap_alloc(struct heap *h, struct block *b, size_t size, void *site)
 {
     if (__builtin_expect(h->history_next != NULL, 0)) {
@@ -687,7 +695,7 @@ static inline void history_heap_alloc(struct heap *h, struct block *b, size_t si
         if (__builtin_expect(atomic_load_explicit(&history_tags_in_use, memory_order_relaxed), 0))
             history_heap_alloc_tagged(h, b, size, site);
         else
-            history_heap_event(h, TIDE_EVENT_ALLOC, b->addr, size, site);
+            history_heap_put(h, h->history_next, TIDE_EVENT_ALLOC, b->addr, size, site);
     }
 }
 /* Under t->heaps_lock, for a heap just created: it records into the history that is on, if any. */
