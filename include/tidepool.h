@@ -56,11 +56,14 @@
  *   by just the pages the request lacks, so its free tail is used and no 20 MiB segment is rounded up
  *   to. Memory comes back page by page: any page that lies wholly inside a free block can be unmapped,
  *   even in a run that other blocks still use (the run splits in two), so cached memory never stays
- *   pinned by one small live block. Pages holding any part of an ACTIVE or PENDING block stay mapped;
- *   a stream's pages are its own, so a page never holds two streams' blocks. tide_empty_cache and
- *   tide_trim unmap every page they can; growing past the most ever reserved first unmaps free pages
- *   elsewhere (see HOLDING MEMORY). Statistics count mapped bytes as reserved, runs as segments, and
- *   each map and unmap as a device allocation or free.
+ *   pinned by one small live block. The exception: growing back up to the most ever reserved (as after
+ *   tide_empty_cache) maps pages two at a time, since the driver takes as long to map two pages as
+ *   one; such a pair is unmapped together, so a live block on one page keeps the other. Pages holding
+ *   any part of an ACTIVE or PENDING block stay mapped; a stream's pages are its own, so a page never
+ *   holds two streams' blocks. tide_empty_cache and tide_trim unmap every page (or pair) they can;
+ *   growing past the most ever reserved first unmaps free pages elsewhere (see HOLDING MEMORY).
+ *   Statistics count mapped bytes as reserved, runs as segments, each growth as a device allocation
+ *   and each run unmapped as a device free.
  *
  * MEMORY PRESSURE
  *   A limit (config key "limit", or tide_set_limit) that reserved memory never exceeds. Below it, an
@@ -230,14 +233,14 @@ typedef struct tide_backend {
 
     /* Optional; the config key expandable_segments:True needs them all. Virtual memory: an address
      * range is reserved once (no memory behind it), and physical memory is mapped into it and unmapped
-     * again in pages of page_size bytes (a multiple of 2 MiB), each page on its own, so that any page
-     * can be unmapped without touching its neighbours. va_reserve returns a range aligned to
+     * again in pages of page_size bytes (a multiple of 2 MiB). va_reserve returns a range aligned to
      * page_size. map puts device memory behind [addr, addr + size) (whole pages, not mapped yet),
-     * readable and writable by the device; TIDE_ENOMEM if the device has too little, and then nothing
-     * is mapped. unmap takes it away again (whole pages, all mapped), first waiting for work the
-     * device still has queued on it, as releasing a segment does (tidepool unmaps only FREE pages,
-     * but a stream may still run work on blocks it freed itself). va_release gives back a range with
-     * nothing mapped in it. */
+     * readable and writable by the device, as one mapping (on CUDA, one handle); TIDE_ENOMEM if the
+     * device has too little, and then nothing is mapped. unmap takes a mapping away again: [addr,
+     * addr + size) is always exactly what one call of map mapped (a page or two). It first waits for
+     * work the device still has queued on it, as releasing a segment does (tidepool unmaps only FREE
+     * pages, but a stream may still run work on blocks it freed itself). va_release gives back a range
+     * with nothing mapped in it. */
     size_t page_size;
     tide_status (*va_reserve)(void *ctx, size_t size, uintptr_t *out_addr);
     tide_status (*va_release)(void *ctx, uintptr_t addr, size_t size);

@@ -440,40 +440,26 @@ static tide_status cuda_va_release(void *ctx, uintptr_t addr, size_t size)
 }
 
 /* In the device's context: unmaps the first n pages at addr. */
-static CUresult unmap_pages(const struct cuda_device *d, CUdeviceptr addr, size_t n)
+/* In the device's context: one handle for the whole range (tidepool unmaps it whole), then access. A
+ * failure leaves nothing mapped. */
+static CUresult map_range(const struct cuda_device *d, CUdeviceptr addr, size_t size, const char **call)
 {
-    CUresult first = CUDA_SUCCESS;
-    for (size_t i = 0; i < n; i++) {
-        CUresult r = cu.MemUnmap(addr + i * d->page, d->page);
-        if (first == CUDA_SUCCESS)
-            first = r;
+    CUmemGenericAllocationHandle h;
+    CUresult r = cu.MemCreate(&h, size, &d->page_prop, 0);
+    if (r != CUDA_SUCCESS) {
+        *call = "cuMemCreate";
+        return r;
     }
-    return first;
-}
-
-/* In the device's context: one handle per page, so each can be unmapped alone; then access for the
- * whole range in one call. A failure unmaps what was mapped. */
-static CUresult map_pages(const struct cuda_device *d, CUdeviceptr addr, size_t size, const char **call)
-{
-    size_t n = size / d->page, done = 0;
-    CUresult r = CUDA_SUCCESS;
-    for (; done < n; done++) {
-        CUmemGenericAllocationHandle h;
-        if ((r = cu.MemCreate(&h, d->page, &d->page_prop, 0)) != CUDA_SUCCESS) {
-            *call = "cuMemCreate";
-            break;
-        }
-        r = cu.MemMap(addr + done * d->page, d->page, 0, h, 0);
-        cu.MemRelease(h); /* the mapping holds the memory from now on */
-        if (r != CUDA_SUCCESS) {
-            *call = "cuMemMap";
-            break;
-        }
+    r = cu.MemMap(addr, size, 0, h, 0);
+    cu.MemRelease(h); /* the mapping holds the memory from now on */
+    if (r != CUDA_SUCCESS) {
+        *call = "cuMemMap";
+        return r;
     }
-    if (r == CUDA_SUCCESS && (r = cu.MemSetAccess(addr, size, d->access, (size_t)d->naccess)) != CUDA_SUCCESS)
+    if ((r = cu.MemSetAccess(addr, size, d->access, (size_t)d->naccess)) != CUDA_SUCCESS) {
         *call = "cuMemSetAccess";
-    if (r != CUDA_SUCCESS)
-        unmap_pages(d, addr, done);
+        cu.MemUnmap(addr, size);
+    }
     return r;
 }
 
@@ -482,7 +468,7 @@ static tide_status cuda_map(void *ctx, uintptr_t addr, size_t size)
     struct cuda_device *d = ctx;
     const char *call = "cuMemMap";
     CUresult r;
-    IN_CONTEXT(d, r, map_pages(d, (CUdeviceptr)addr, size, &call));
+    IN_CONTEXT(d, r, map_range(d, (CUdeviceptr)addr, size, &call));
     return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, call);
 }
 
@@ -494,7 +480,7 @@ static tide_status cuda_unmap(void *ctx, uintptr_t addr, size_t size)
      * its own blocks in order); unlike cuMemFree, cuMemUnmap does not wait for it, so wait here. */
     IN_CONTEXT(d, r, cu.CtxSynchronize());
     if (r == CUDA_SUCCESS)
-        IN_CONTEXT(d, r, unmap_pages(d, (CUdeviceptr)addr, size / d->page));
+        IN_CONTEXT(d, r, cu.MemUnmap((CUdeviceptr)addr, size)); /* exactly one mapping (map_range) */
     if (r == CUDA_ERROR_DEINITIALIZED)
         return TIDE_OK;
     return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuMemUnmap");

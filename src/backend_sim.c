@@ -6,8 +6,9 @@
  * released to the device is unmapped (a later touch faults, as a use of freed device memory should).
  * Virtual memory (expandable segments) is emulated the same way: an address range is an inaccessible
  * mapping, and mapping a page makes it readable and writable; unmapping one discards its contents and
- * makes it inaccessible again. The device holds each page on its own, as CUDA does, so it refuses to
- * map a page twice, to unmap one that is not mapped, and to release a range with pages still mapped.
+ * makes it inaccessible again. As on CUDA, what one call maps is one mapping, unmapped whole: the
+ * device refuses to map a page twice, to unmap one that is not mapped or part of a mapping, and to
+ * release a range with pages still mapped.
  *
  * Each stream is a worker thread that runs queued work in order, each item no sooner than its delay
  * after it was queued. A fence records how many items its stream had been given; it signals once the
@@ -781,8 +782,10 @@ static tide_status sim_map(void *ctx, uintptr_t addr, size_t size)
         tide_backend_error("sim: mprotect of %zu bytes failed: %s", size, strerror(errno));
         return TIDE_ENOMEM;
     }
+    /* One mapping: like a CUDA handle, it is unmapped whole or not at all. */
+    uint64_t id = ++sim->segment_ids;
     for (size_t pg = first; pg < first + count; pg++)
-        r->page_ids[pg] = ++sim->segment_ids;
+        r->page_ids[pg] = id;
     sim->held += size;
     sim->mapped_pages += count;
     pthread_mutex_unlock(&sim->lock);
@@ -799,6 +802,17 @@ static tide_status sim_unmap(void *ctx, uintptr_t addr, size_t size)
     struct sim_vrange *r = pages_of(sim, "unmap", addr, size, true, &first, &count);
     if (!r) {
         pthread_mutex_unlock(&sim->lock);
+        return TIDE_EINVAL;
+    }
+    size_t pages = r->size / SIM_PAGE_SIZE, end = first + count;
+    uint64_t id = r->page_ids[first];
+    bool whole = (first == 0 || r->page_ids[first - 1] != id) && (end == pages || r->page_ids[end] != id);
+    for (size_t pg = first; pg < end && whole; pg++)
+        whole = r->page_ids[pg] == id;
+    if (!whole) {
+        pthread_mutex_unlock(&sim->lock);
+        tide_backend_error("sim: unmap of 0x%llx (%zu bytes): not exactly what one map call mapped (a "
+                           "mapping is unmapped whole, as on CUDA)", (unsigned long long)addr, size);
         return TIDE_EINVAL;
     }
     /* The contents go, and a later touch faults: a use of unmapped memory shows at once. */

@@ -152,9 +152,29 @@ static int64_t split_free_bytes(const struct segment *seg)
     return bytes;
 }
 
+/* The pages of run r are whole units (expandable.c): each page in a unit, every unit starting inside
+ * the run, and the page after it (if mapped) starting a unit of its own. So unmapping the run never
+ * unmaps part of what one map call mapped. */
+static void check_units(struct checker *c, const struct arena *a, const struct segment *r, size_t page)
+{
+    size_t first = (r->base - a->base) / page, end = first + r->size / page, pages = a->size / page;
+    for (size_t pg = first; pg < end; pg++) {
+        uint32_t u = a->unit_first[pg];
+        bool continues = pg > first && u == a->unit_first[pg - 1], starts = u == pg + 1;
+        if (u == 0 || u - 1 < first || !(continues || starts)) {
+            problem(c, "run 0x%llx: its page at 0x%llx is not in a unit that starts inside the run",
+                    (unsigned long long)r->base, (unsigned long long)(a->base + pg * page));
+            return;
+        }
+    }
+    if (end < pages && a->unit_first[end] != 0 && a->unit_first[end] != end + 1)
+        problem(c, "run 0x%llx ends inside a unit: the page after it belongs to one that started in it",
+                (unsigned long long)r->base);
+}
+
 /* Expandable segments: each arena's runs lie inside it, in whole pages, by address, without overlap
- * (so no page is mapped twice), each naming the arena, the heap and the pool; and every run of the
- * heap is in an arena. Returns the number of runs found. */
+ * (so no page is mapped twice), in whole units, each naming the arena, the heap and the pool; and every
+ * run of the heap is in an arena. Returns the number of runs found. */
 static size_t check_arenas(struct checker *c, tide_allocator *t, struct heap *h)
 {
     size_t runs = 0, page = t->backend.page_size;
@@ -172,6 +192,8 @@ static size_t check_arenas(struct checker *c, tide_allocator *t, struct heap *h)
                     problem(c, "run 0x%llx overlaps the run before it, or is out of address order", base);
                 if (r->base + r->size > a->base + a->size)
                     problem(c, "run 0x%llx reaches past the end of its arena", base);
+                else if (page && r->base % page == 0 && r->size % page == 0 && r->base >= a->base)
+                    check_units(c, a, r, page);
                 last_end = r->base + r->size;
                 if (r->run_next && r->run_next->run_prev != r)
                     problem(c, "the runs after 0x%llx are not linked both ways", base);

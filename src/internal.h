@@ -61,6 +61,10 @@
 #ifndef TIDE_FIT_SCAN
 #define TIDE_FIT_SCAN 16                      /* blocks compared in the request's own size class */
 #endif
+#ifndef TIDE_MAP_UNIT_PAGES
+#define TIDE_MAP_UNIT_PAGES 2                 /* expandable: pages mapped in one call when growing back
+                                                 to the mark (expandable.c) */
+#endif
 
 /* ---- Sizes: do not modify (the segment map and the free index depend on them) ------------------ */
 #define TIDE_SEGMENT_GRANULE_SHIFT 21         /* segments are multiples of 2 MiB */
@@ -157,6 +161,9 @@ struct arena {
     uint8_t pool;
     struct segment *runs;             /* its runs of mapped pages, by address */
     struct arena *next;               /* the heap's other arenas of this pool */
+    /* Per page: 1 + the index of the first page of its unit (the pages one map call mapped, which are
+     * unmapped together: expandable.c), or 0 if it is not mapped. */
+    uint32_t *unit_first;
 };
 
 /* ---- free_index.c: two-level segregated fit over the FREE blocks of one pool of one heap --------- */
@@ -555,8 +562,9 @@ tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind po
  * bytes are unmapped. */
 tide_status expandable_release_pages(tide_allocator *t, size_t want, enum release_reason why,
                                      tide_release_report *r, size_t *released);
-/* Gives a run's pages back (unmap), and takes it out of its arena if that worked. */
-tide_status expandable_unmap_run(tide_allocator *t, struct segment *seg);
+/* Gives a run's pages back (unmap), unit by unit, and takes it out of its arena if all went; *unmapped:
+ * the bytes gone from its start. On a failure the run is what is left of it, still mapped. */
+tide_status expandable_unmap_run(tide_allocator *t, struct segment *seg, size_t *unmapped);
 /* Puts a run whose unmap failed back into its heap and arena, as an idle run. */
 void expandable_reattach_run(tide_allocator *t, struct heap *h, struct segment *seg);
 /* tide_destroy: gives back the address ranges of heap h (its runs are unmapped already). */

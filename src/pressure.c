@@ -127,10 +127,20 @@ static tide_status release_segments(tide_allocator *t, struct heap *h, struct se
         next = seg->next;
         segment_map_remove(&t->segmap, seg);
         tide__clear_backend_message();
-        tide_status s = seg->arena ? expandable_unmap_run(t, seg) : be->release(be->ctx, seg->base, seg->size);
+        uintptr_t base = seg->base;
+        size_t gone = 0;
+        tide_status s;
+        if (seg->arena) {
+            s = expandable_unmap_run(t, seg, &gone); /* on a failure, seg is what is still mapped */
+        } else {
+            s = be->release(be->ctx, seg->base, seg->size);
+            gone = s == TIDE_OK ? seg->size : 0;
+        }
+        if (gone) {
+            HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, base, gone);
+            note_released(t, gone, why, r);
+        }
         if (s == TIDE_OK) {
-            HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, seg->base, seg->size);
-            note_released(t, seg->size, why, r);
             segment_struct_recycle(t, seg);
             continue;
         }
@@ -510,13 +520,14 @@ uint64_t pressure_release_everything(tide_allocator *t)
         for (struct segment *seg = h->segments, *next; seg; seg = next) {
             next = seg->next;
             segment_map_remove(&t->segmap, seg);
-            tide_status s = seg->arena ? be->unmap(be->ctx, seg->base, seg->size)
+            size_t size = seg->size, gone = 0;
+            tide_status s = seg->arena ? expandable_unmap_run(t, seg, &gone)
                                        : be->release(be->ctx, seg->base, seg->size);
             if (s == TIDE_OK)
                 t->num_device_free++;
             else
-                refused += seg->size;
-            t->reserved -= seg->size;
+                refused += size - gone;
+            t->reserved -= size;
             free(seg);
         }
         h->segments = NULL;

@@ -4,7 +4,8 @@
  * page inaccessible (a touch faults) and its contents gone.
  *
  * Every page state: mapped under an ACTIVE block, under a PENDING block, under FREE bytes only (which
- * may be unmapped, splitting its run), unmapped; runs that grow, split and merge again; streams that
+ * may be unmapped, splitting its run, unless another page mapped in the same call holds a live block),
+ * unmapped; runs that grow, split and merge again; streams that
  * never share a page; empty_cache and trim unmapping every page they can and no other; faults in map
  * and unmap; and a seeded random run with tide_check after every call and every live block's data
  * checked after every release of memory.
@@ -327,6 +328,45 @@ static void test_mark_outlives_empty_cache(void)
     fixture_close(&f);
 }
 
+/* Growing past the most ever reserved maps page by page, and any of those pages can go alone; growing
+ * back up to it (after tide_empty_cache) maps pages in pairs (TIDE_MAP_UNIT_PAGES), and a pair goes
+ * together: not one page while the other holds a live block. (The simulated device, like CUDA,
+ * refuses to unmap part of what one call mapped.) */
+static void test_units(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, CONF);
+    tide_release_report r;
+    for (int back_to_mark = 0; back_to_mark < 2; back_to_mark++) {
+        void *a, *small;
+        if (back_to_mark) { /* a high-water mark of 4 pages, then nothing reserved */
+            CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &a));
+            CHECK_OK(tide_free(f.t, a));
+            CHECK_OK(tide_empty_cache(f.t, NULL));
+        }
+        CHECK(reserved_of(f.t) == 0);
+        uint64_t maps = counters(f.sim).calls[TIDE_SIM_MAP];
+        CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &a));
+        CHECK(counters(f.sim).calls[TIDE_SIM_MAP] == maps + (back_to_mark ? 2 : 4));
+        CHECK(reserved_of(f.t) == (int64_t)(4 * PAGE));
+        CHECK_OK(tide_free(f.t, a));
+        CHECK_OK(tide_malloc(f.t, 4096, 0, &small)); /* in the first page */
+        CHECK((uintptr_t)small == (uintptr_t)a);
+        fill(small, 4096, 0x5a);
+        CHECK_OK(tide_empty_cache(f.t, &r));
+        /* the small block's page stays; in a pair, so does the other page */
+        CHECK(r.released_bytes == (back_to_mark ? 2 * PAGE : 3 * PAGE));
+        CHECK(intact(small, 4096, 0x5a));
+        check_accounting(&f);
+        CHECK_OK(tide_free(f.t, small));
+        CHECK_OK(tide_empty_cache(f.t, &r));
+        CHECK(reserved_of(f.t) == 0);
+        check_accounting(&f);
+        CHECK_OK(tide_reset_peak_stats(f.t)); /* the mark back to nothing reserved */
+    }
+    fixture_close(&f);
+}
+
 /* ---- a seeded random run ------------------------------------------------------------------------------ */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -415,6 +455,7 @@ int main(void)
     RUN(test_needs_virtual_memory);
     RUN(test_destroy_gives_back);
     RUN(test_mark_outlives_empty_cache);
+    RUN(test_units);
     RUN(test_random_with_check);
     return HARNESS_EXIT();
 }
