@@ -439,7 +439,6 @@ static tide_status cuda_va_release(void *ctx, uintptr_t addr, size_t size)
     return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuMemAddressFree");
 }
 
-/* In the device's context: unmaps the first n pages at addr. */
 /* In the device's context: one handle for the whole range (tidepool unmaps it whole), then access. A
  * failure leaves nothing mapped. */
 static CUresult map_range(const struct cuda_device *d, CUdeviceptr addr, size_t size, const char **call)
