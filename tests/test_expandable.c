@@ -299,17 +299,24 @@ static void test_destroy_gives_back(void)
     tide_sim_destroy(f.sim);
 }
 
+/* Sets the high-water mark to `bytes` (an allocation of that size, freed) and empties the cache. */
+static void mark_then_empty(struct fixture *f, size_t bytes)
+{
+    void *p;
+    CHECK_OK(tide_malloc(f->t, bytes, 0, &p));
+    CHECK_OK(tide_free(f->t, p));
+    CHECK_OK(tide_empty_cache(f->t, NULL));
+    CHECK(reserved_of(f->t) == 0);
+}
+
 /* The high-water mark outlives tide_empty_cache (coming back up to it unmaps nothing), and
  * tide_reset_peak_stats resets it (growing past it then unmaps free pages elsewhere first). */
 static void test_mark_outlives_empty_cache(void)
 {
     struct fixture f;
     fixture_open(&f, 0, CONF);
-    void *big, *x, *y, *z, *w;
-    CHECK_OK(tide_malloc(f.t, 64 * MIB, 0, &big));
-    CHECK_OK(tide_free(f.t, big));
-    CHECK_OK(tide_empty_cache(f.t, NULL));
-    CHECK(reserved_of(f.t) == 0);
+    void *x, *y, *z, *w;
+    mark_then_empty(&f, 64 * MIB);
     uint64_t unmaps = counters(f.sim).calls[TIDE_SIM_UNMAP];
     CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &x));
     CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &y));
@@ -339,11 +346,8 @@ static void test_units(void)
     tide_release_report r;
     for (int back_to_mark = 0; back_to_mark < 2; back_to_mark++) {
         void *a, *small;
-        if (back_to_mark) { /* a high-water mark of 4 pages, then nothing reserved */
-            CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &a));
-            CHECK_OK(tide_free(f.t, a));
-            CHECK_OK(tide_empty_cache(f.t, NULL));
-        }
+        if (back_to_mark)
+            mark_then_empty(&f, 4 * PAGE);
         CHECK(reserved_of(f.t) == 0);
         uint64_t maps = counters(f.sim).calls[TIDE_SIM_MAP];
         CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &a));
