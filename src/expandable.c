@@ -143,13 +143,10 @@ static tide_status unmap_units(tide_allocator *t, struct arena *a, uintptr_t add
 static tide_status map_units(tide_allocator *t, struct arena *a, uintptr_t addr, size_t size, bool paired)
 {
     const tide_backend *be = &t->backend;
-    size_t page = be->page_size, step = paired ? size : page, done = 0;
-    if (step > TIDE_MAP_UNIT_PAGES * page)
-        step = TIDE_MAP_UNIT_PAGES * page;
+    size_t page = be->page_size, unit = (paired ? TIDE_MAP_UNIT_PAGES : 1) * page, done = 0, step = 0;
     tide_status s = TIDE_OK;
     for (; done < size; done += step) {
-        if (step > size - done)
-            step = size - done;
+        step = size - done < unit ? size - done : unit;
         tide__clear_backend_message();
         if ((s = be->map(be->ctx, addr + done, step)) != TIDE_OK)
             break;
