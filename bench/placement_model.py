@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""How few device pages a placement rule could need on a trace, in an idealized model of segments that
+grow (expandable_segments:True).
+
+    python3 bench/placement_model.py [--rules NAME,...] TRACE...
+
+The model grants what no allocator has: a page is mapped exactly while a live block touches it (unmapping
+and mapping again cost nothing and happen at once), and the address range is endless. What is left is
+the placement rule: where each block goes, fixed for its life, chosen when it is allocated without
+knowing the future. The figure is the most pages ever touched at once, times the page size, over the
+peak of live bytes (requested), as `tidepool replay` reports peak reserved over peak live.
+
+Rules (each block goes in a gap between live blocks: at its low or high end, or at a page boundary):
+  first_fit             the lowest address
+  best_fit              the smallest gap, then the lowest address
+  fewest_pages          the fewest pages not touched yet, then the lowest address
+  fewest_pages_best     the fewest pages not touched yet, then the smallest gap
+  fewest_pages_high     the fewest pages not touched yet, then the highest address
+  same_place            where the last freed block of the same size was, if free; else fewest_pages_best
+
+The lower bound printed beside them is the peak of live bytes in whole pages: no placement needs fewer.
+Sizes are rounded to 512 bytes and pages are 2 MiB, as tidepool does on today's GPUs. Streams keep
+their own pages, as in tidepool. Each rule takes seconds on lstm_loop and up to a minute on the larger
+traces.
+"""
+import argparse
+import bisect
+import gzip
+import sys
+from collections import Counter
+
+UNIT = 512
+PAGE = (2 << 20) // UNIT  # in units
+STREAM_SPACE = 1 << 40    # units between two streams' address ranges
+END = 1 << 62             # past every address
+
+
+def read_trace(path):
+    """(op, id, units, requested bytes, stream) for each allocation and free; other lines are skipped."""
+    opener = gzip.open if path.endswith(".gz") else open
+    ops = []
+    with opener(path, "rt") as f:
+        header = f.readline().strip().split(",")
+        col = {name: i for i, name in enumerate(header)}
+        for number, line in enumerate(f, start=2):
+            fields = line.strip().split(",")
+            op = fields[col["op"]]
+            if op not in ("a", "f"):
+                continue
+            try:
+                size = int(fields[col["size"]]) if op == "a" else 0
+                ops.append((op, fields[col["id"]], -(-size // UNIT), size, int(fields[col.get("stream", 3)] or 0)))
+            except (ValueError, IndexError) as e:
+                sys.exit(f"{path}:{number}: malformed line ({e}): {line.strip()}")
+    return ops
+
+
+def pages_of(addr, units):
+    return range(addr // PAGE, (addr + units - 1) // PAGE + 1)
+
+
+class Space:
+    """The live blocks (sorted intervals) and the pages they touch."""
+
+    def __init__(self):
+        self.blocks = []          # sorted (start, end) of live blocks
+        self.touched = Counter()  # page -> live blocks touching it
+
+    def gaps(self, units, stream):
+        """(gap size, address) candidates for a block of `units`: in each gap between live blocks, at its
+        low end, at its first page boundary, ending at its last page boundary, and at its high end."""
+        base = stream * STREAM_SPACE
+        lo = bisect.bisect_left(self.blocks, (base, base))
+        hi = bisect.bisect_left(self.blocks, (base + STREAM_SPACE, base))
+        prev_end = base
+        for start, end in self.blocks[lo:hi] + [(END, END)]:
+            gap = start - prev_end
+            if gap >= units:
+                candidates = {prev_end, -(-prev_end // PAGE) * PAGE}
+                if start != END:
+                    candidates |= {start - units, start // PAGE * PAGE - units}
+                for addr in candidates:
+                    if addr >= prev_end and addr + units <= start:
+                        yield gap, addr
+            prev_end = max(prev_end, end)
+
+    def is_free(self, addr, units):
+        k = bisect.bisect_left(self.blocks, (addr, addr))
+        return (k == 0 or self.blocks[k - 1][1] <= addr) and (k == len(self.blocks) or self.blocks[k][0] >= addr + units)
+
+    def new_pages(self, addr, units):
+        return sum(1 for p in pages_of(addr, units) if p not in self.touched)
+
+    def place(self, addr, units):
+        bisect.insort(self.blocks, (addr, addr + units))
+        for p in pages_of(addr, units):
+            self.touched[p] += 1
+
+    def remove(self, addr, units):
+        self.blocks.pop(bisect.bisect_left(self.blocks, (addr, addr + units)))
+        for p in pages_of(addr, units):
+            self.touched[p] -= 1
+            if not self.touched[p]:
+                del self.touched[p]
+
+
+def choose(rule, space, units, stream, last_freed):
+    if rule == "same_place":
+        addr = last_freed.get((stream, units))
+        if addr is not None and space.is_free(addr, units):
+            return addr
+        rule = "fewest_pages_best"
+    keys = {
+        "first_fit": lambda gap, a: (a,),
+        "best_fit": lambda gap, a: (gap, a),
+        "fewest_pages": lambda gap, a: (space.new_pages(a, units), a),
+        "fewest_pages_best": lambda gap, a: (space.new_pages(a, units), gap, a),
+        "fewest_pages_high": lambda gap, a: (space.new_pages(a, units), -a),
+    }
+    key = keys[rule]
+    return min(space.gaps(units, stream), key=lambda c: key(*c))[1]
+
+
+def replay(ops, rule):
+    """(peak pages touched, peak live bytes)."""
+    space, where, last_freed = Space(), {}, {}
+    live = peak_live = peak_pages = 0
+    for op, ident, units, size, stream in ops:
+        if op == "f":
+            if ident not in where:
+                continue
+            addr, units, size, stream = where.pop(ident)
+            space.remove(addr, units)
+            last_freed[(stream, units)] = addr
+            live -= size
+            continue
+        addr = choose(rule, space, units, stream, last_freed)
+        space.place(addr, units)
+        where[ident] = (addr, units, size, stream)
+        live += size
+        peak_live = max(peak_live, live)
+        peak_pages = max(peak_pages, len(space.touched))
+    return peak_pages, peak_live
+
+
+RULES = ["first_fit", "best_fit", "fewest_pages", "fewest_pages_best", "fewest_pages_high", "same_place"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rules", default=",".join(RULES), help="comma-separated, of: " + ", ".join(RULES))
+    parser.add_argument("traces", nargs="+")
+    args = parser.parse_args()
+    rules = args.rules.split(",")
+    for r in rules:
+        if r not in RULES:
+            sys.exit(f"unknown rule {r!r}; the rules are: {', '.join(RULES)}")
+    print("| trace | rule | peak pages | peak pages x 2 MiB / peak live |")
+    print("|---|---|---|---|")
+    for path in args.traces:
+        ops = read_trace(path)
+        name = path.rsplit("/", 1)[-1]
+        peak_live = None
+        for rule in rules:
+            pages, peak_live = replay(ops, rule)
+            print(f"| {name} | {rule} | {pages} | {pages * PAGE * UNIT / peak_live:.4f} |", flush=True)
+        bound = -(-peak_live // (PAGE * UNIT))
+        print(f"| {name} | lower bound (peak live in whole pages) | {bound} | {bound * PAGE * UNIT / peak_live:.4f} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
