@@ -155,11 +155,10 @@ def main():
     for r in rules:
         if r not in RULES:
             sys.exit(f"unknown rule {r!r}; the rules are: {', '.join(RULES)}")
+    traces = [(path.rsplit("/", 1)[-1], read_trace(path)) for path in args.traces]  # all checked first
     print("| trace | rule | peak pages | peak pages x 2 MiB / peak live |")
     print("|---|---|---|---|")
-    for path in args.traces:
-        ops = read_trace(path)
-        name = path.rsplit("/", 1)[-1]
+    for name, ops in traces:
         peak_live = None
         for rule in rules:
             pages, peak_live = replay(ops, rule)
