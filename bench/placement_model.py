@@ -36,22 +36,39 @@ END = 1 << 62             # past every address
 
 
 def read_trace(path):
-    """(op, id, units, requested bytes, stream) for each allocation and free; other lines are skipped."""
+    """(op, id, units, requested bytes, stream) for each allocation and free of a tidepool trace CSV
+    (op,id,size,stream; plain or .gz, as `tidepool replay` reads it); empty_cache lines are skipped.
+    Exits with the line number on anything malformed."""
     opener = gzip.open if path.endswith(".gz") else open
-    ops = []
+    ops, live = [], set()
     with opener(path, "rt") as f:
-        header = f.readline().strip().split(",")
-        col = {name: i for i, name in enumerate(header)}
+        header = f.readline().strip()
+        if header != "op,id,size,stream":
+            sys.exit(f"{path}:1: not a tidepool trace: the first line should be \"op,id,size,stream\" "
+                     "(convert other formats with tidepool's tools)")
         for number, line in enumerate(f, start=2):
             fields = line.strip().split(",")
-            op = fields[col["op"]]
-            if op not in ("a", "f"):
+            if len(fields) != 4 or fields[0] not in ("a", "f", "e"):
+                sys.exit(f"{path}:{number}: expected op (a, f or e),id,size,stream: {line.strip()}")
+            op, ident = fields[0], fields[1]
+            if op == "e":
                 continue
             try:
-                size = int(fields[col["size"]]) if op == "a" else 0
-                ops.append((op, fields[col["id"]], -(-size // UNIT), size, int(fields[col.get("stream", 3)] or 0)))
-            except (ValueError, IndexError) as e:
-                sys.exit(f"{path}:{number}: malformed line ({e}): {line.strip()}")
+                size, stream = int(fields[2]), int(fields[3] or 0)
+            except ValueError as e:
+                sys.exit(f"{path}:{number}: {e}: {line.strip()}")
+            if op == "a":
+                if size <= 0 or ident in live:
+                    sys.exit(f"{path}:{number}: " + (f"size {size} is not positive" if size <= 0
+                                                     else f"allocation id {ident} appears twice"))
+                live.add(ident)
+            elif ident not in live:
+                sys.exit(f"{path}:{number}: free of id {ident}, which is not allocated at this point")
+            else:
+                live.remove(ident)
+            ops.append((op, ident, -(-size // UNIT), size, stream))
+    if not live and not any(op == "a" for op, *_ in ops):
+        sys.exit(f"{path}:1: no allocations in the trace")
     return ops
 
 
@@ -127,8 +144,6 @@ def replay(ops, rule):
     live = peak_live = peak_pages = 0
     for op, ident, units, size, stream in ops:
         if op == "f":
-            if ident not in where:
-                continue
             addr, units, size, stream = where.pop(ident)
             space.remove(addr, units)
             last_freed[(stream, units)] = addr
