@@ -169,9 +169,15 @@ def replay(ops, place, freed=None):
 
 def online(rule, ops):
     """replay() with an online rule: each placement sees only what has happened so far."""
-    last_freed = {}
-    return replay(ops, lambda space, ident, units, stream: choose(rule, space, units, stream, last_freed),
-                  lambda stream, units, addr: last_freed.__setitem__((stream, units), addr))
+    last_freed = {}  # (stream, units) -> where the last block of that size was freed (same_place)
+
+    def place(space, ident, units, stream):
+        return choose(rule, space, units, stream, last_freed)
+
+    def freed(stream, units, addr):
+        last_freed[(stream, units)] = addr
+
+    return replay(ops, place, freed)
 
 
 def offline_by_size(ops):
