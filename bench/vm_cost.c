@@ -6,6 +6,12 @@
  * cuMemUnmap and cuMemRelease ("unmap"; with an idle device, without tidepool's cuCtxSynchronize,
  * which is timed on its own). Prints median microseconds per call and per MiB.
  *
+ * Then aliases: one 2 MiB handle mapped at two virtual pages at once. Shows that the device sees one
+ * physical page through both (bytes written through each are read back through the other, and the
+ * device's free memory falls by one page, not two), and times mapping an existing handle at a second
+ * page (cuMemMap + cuMemSetAccess) and unmapping it (cuMemUnmap), the calls that packing physical pages
+ * by in-page offset would make (bench/results/2026-12-01-run15.md).
+ *
  *   cc -O2 -I/usr/local/cuda/include bench/vm_cost.c -o vm_cost -lcuda && ./vm_cost [REPS]
  */
 #define _POSIX_C_SOURCE 200809L
@@ -42,6 +48,58 @@ static double median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, by_value);
     return v[n / 2];
+}
+
+/* One handle at base and at base + page: what each sees, what the device's free memory says, and what a
+ * second mapping of a handle costs. */
+static void alias_check(CUdeviceptr base, size_t page, const CUmemAllocationProp *prop,
+                        const CUmemAccessDesc *access, double *map_us, double *unmap_us, int reps)
+{
+    CUmemGenericAllocationHandle h;
+    size_t free0, free1, free2, total;
+    CUdeviceptr first = base, second = base + page;
+    CHECK(cuMemGetInfo(&free0, &total));
+    CHECK(cuMemCreate(&h, page, prop, 0));
+    CHECK(cuMemMap(first, page, 0, h, 0));
+    CHECK(cuMemSetAccess(first, page, access, 1));
+    CHECK(cuMemGetInfo(&free1, &total));
+    CHECK(cuMemMap(second, page, 0, h, 0));
+    CHECK(cuMemSetAccess(second, page, access, 1));
+    CHECK(cuMemGetInfo(&free2, &total));
+    /* The low half written through the first page, the high half through the second. */
+    CHECK(cuMemsetD8(first, 0xAB, page / 2));
+    CHECK(cuMemsetD8(second + page / 2, 0xCD, page / 2));
+    CHECK(cuCtxSynchronize());
+    unsigned char *through_first = malloc(page), *through_second = malloc(page);
+    CHECK(cuMemcpyDtoH(through_first, first, page));
+    CHECK(cuMemcpyDtoH(through_second, second, page));
+    size_t wrong = 0;
+    for (size_t i = 0; i < page; i++) {
+        unsigned char want = i < page / 2 ? 0xAB : 0xCD;
+        wrong += (through_first[i] != want) + (through_second[i] != want);
+    }
+    free(through_first);
+    free(through_second);
+    printf("\naliases: one %zu MiB handle mapped at two pages; bytes read back wrong through either: %zu "
+           "of %zu; device free memory fell by %zu KiB at the first mapping and %zu KiB at the second\n",
+           page >> 20, wrong, 2 * page, (free0 - free1) >> 10, (free1 - free2) >> 10);
+    CHECK(cuMemUnmap(second, page));
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_us();
+        CHECK(cuMemMap(second, page, 0, h, 0));
+        CHECK(cuMemSetAccess(second, page, access, 1));
+        double t1 = now_us();
+        CHECK(cuMemUnmap(second, page));
+        double t2 = now_us();
+        map_us[r] = t1 - t0;
+        unmap_us[r] = t2 - t1;
+    }
+    printf("a second mapping of an existing handle (map+access): %.1f us; its unmap: %.1f us (medians of %d)\n",
+           median(map_us, reps), median(unmap_us, reps), reps);
+    CHECK(cuMemUnmap(first, page));
+    CHECK(cuMemRelease(h));
+    if (wrong)
+        exit(1);
 }
 
 int main(int argc, char **argv)
@@ -101,6 +159,7 @@ int main(int argc, char **argv)
                u / (double)(size / mib));
     }
     printf("cuCtxSynchronize on an idle device: %.1f us (median)\n", median(sync_us, reps));
+    alias_check(base, granularity, &prop, &access, map_us, unmap_us, reps);
     CHECK(cuMemAddressFree(base, sizes[nsizes - 1]));
     return 0;
 }
