@@ -114,8 +114,9 @@ static void check_segment(struct checker *c, tide_allocator *t, struct heap *h, 
     if (!seg->first || seg->first->addr != seg->base || seg->first->prev)
         problem(c, "segment 0x%llx: its first block does not start at its base", base);
     uintptr_t expect = seg->base;
-    size_t blocks = 0;
+    size_t blocks = 0, busy = 0;
     for (struct block *b = seg->first; b; b = b->next) {
+        busy += b->state != BLOCK_FREE;
         if (b->addr != expect) {
             problem(c, "segment 0x%llx: a %s at 0x%llx where the next block should start at 0x%llx",
                     base, b->addr > expect ? "gap" : "overlap", (unsigned long long)b->addr,
@@ -132,6 +133,8 @@ static void check_segment(struct checker *c, tide_allocator *t, struct heap *h, 
     if (expect != seg->base + seg->size)
         problem(c, "segment 0x%llx: its blocks end at 0x%llx, not at its end 0x%llx", base,
                 (unsigned long long)expect, (unsigned long long)(seg->base + seg->size));
+    if (busy != seg->busy)
+        problem(c, "segment 0x%llx counts %u blocks that are not FREE, but holds %zu", base, seg->busy, busy);
     bool wholly_free = seg->first && seg->first->state == BLOCK_FREE && seg->first->size == seg->size;
     if (wholly_free != seg->idle)
         problem(c, "segment 0x%llx is %swholly free but %son the idle list", base,

@@ -261,6 +261,7 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
         }
     }
     b->state = BLOCK_ACTIVE;
+    b->seg->busy++;
     b->tag = NULL; /* set by the history, if one is on */
     b->site = NULL;
     b->requested = requested; /* refs, fences and uses are 0 already: it was FREE */
@@ -291,6 +292,7 @@ struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rou
     b->size = seg->size;
     b->state = BLOCK_FREE;
     seg->first = b;
+    seg->busy = 0;
     atomic_store_explicit(&seg->heap, h, memory_order_release);
     segment_link(h, seg);
 
@@ -307,6 +309,7 @@ static size_t make_free(struct heap *h, struct block *b, bool stamp_given, uint6
 {
     struct free_index *fi = &h->free[b->seg->pool];
     b->state = BLOCK_FREE;
+    b->seg->busy--;
     b->requested = 0;
     block_uses_clear(b);
     /* Merge with FREE neighbours. A PENDING or ACTIVE neighbour is left alone. */
@@ -340,14 +343,12 @@ size_t heap_make_free(struct heap *h, struct block *b) { return make_free(h, b, 
 
 /* ---- the parked block ------------------------------------------------------------------------------ */
 
-/* The size of b's segment if merging b with its FREE neighbours would leave the segment wholly free
- * (FREE neighbours are merged already, so only the next ones can be FREE), else 0. */
+/* The size of b's segment if merging b with its FREE neighbours would leave the segment wholly free,
+ * else 0: when b is its only block that is not FREE, since FREE neighbours are always merged. (A count,
+ * not a look at the neighbours: whether they are FREE is a coin toss a branch predictor loses.) */
 static size_t merge_would_cover(const struct block *b)
 {
-    const struct block *prev = b->prev, *next = b->next;
-    bool low = !prev || (prev->state == BLOCK_FREE && !prev->prev);
-    bool high = !next || (next->state == BLOCK_FREE && !next->next);
-    return low && high ? b->seg->size : 0;
+    return b->seg->busy == 1 ? b->seg->size : 0;
 }
 
 size_t heap_park(struct heap *h, struct block *b)
@@ -537,6 +538,8 @@ void heap_merge_runs(struct heap *h, struct segment *lo, struct segment *hi)
     struct block *tail = segment_last_block(lo), *head = hi->first;
     for (struct block *b = head; b; b = b->next)
         b->seg = lo;
+    lo->busy += hi->busy;
+    hi->busy = 0;
     tail->next = head;
     head->prev = tail;
     lo->size += hi->size;
@@ -602,6 +605,7 @@ tide_status heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uint
     carved->pool = seg->pool;
     carved->arena = seg->arena;
     carved->first = NULL;
+    carved->busy = 0;
     atomic_store_explicit(&carved->heap, NULL, memory_order_relaxed);
 
     if (has_upper) {
@@ -610,8 +614,12 @@ tide_status heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uint
         upper->pool = seg->pool;
         upper->arena = seg->arena;
         upper->first = above;
-        for (struct block *x = above; x; x = x->next)
+        upper->busy = 0;
+        for (struct block *x = above; x; x = x->next) {
             x->seg = upper;
+            upper->busy += x->state != BLOCK_FREE;
+        }
+        seg->busy -= upper->busy;
         atomic_store_explicit(&upper->heap, h, memory_order_release);
         segment_link(h, upper);
         run_stats(h, upper, true);

@@ -148,6 +148,8 @@ struct segment {
     struct segment *prev, *next;      /* the heap's list of segments */
     struct segment *idle_prev, *idle_next; /* the heap's list of wholly free segments, oldest first */
     bool idle;
+    uint32_t busy;                    /* its blocks that are not FREE (ACTIVE, PENDING, PARKED): at 1,
+                                         freeing that one leaves the segment wholly free */
     uint64_t idle_since;              /* idle_clock() when it became wholly free (0 while one heap) */
     struct arena *arena;              /* expandable: the arena it lies in; NULL for a reservation */
     struct segment *run_prev, *run_next; /* expandable: the arena's runs, by address (pressure lock) */
