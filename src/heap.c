@@ -226,6 +226,14 @@ static bool worth_splitting(const struct segment *seg, size_t size, size_t round
     return seg->arena ? rest >= TIDE_UNIT : rest > TIDE_LARGE_SPLIT_MIN_REST;
 }
 
+/* n->prev = prev, unless n is NULL (the end of the segment). Whether a block is its segment's last is a
+ * coin toss on the random paths, so the store goes to a scratch word instead of being branched around. */
+static inline void link_prev(struct block *n, struct block *prev)
+{
+    struct block *scratch;
+    *(n ? &n->prev : &scratch) = prev;
+}
+
 /* Makes the FREE block b ACTIVE for rounded bytes, splitting off the rest if worth it. */
 struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, size_t requested,
                                 tide_status *status)
@@ -252,8 +260,7 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
             rest->size = b->size - rounded;
             rest->prev = b;
             rest->next = b->next;
-            if (b->next)
-                b->next->prev = rest;
+            link_prev(b->next, rest);
             b->next = rest;
             b->size = rounded;
             rest->state = BLOCK_FREE;
@@ -318,8 +325,7 @@ static size_t make_free(struct heap *h, struct block *b, bool stamp_given, uint6
         free_index_remove(fi, prev);
         prev->size += b->size;
         prev->next = b->next;
-        if (b->next)
-            b->next->prev = prev;
+        link_prev(b->next, prev);
         block_recycle(h, b);
         b = prev;
     }
@@ -328,8 +334,7 @@ static size_t make_free(struct heap *h, struct block *b, bool stamp_given, uint6
         free_index_remove(fi, next);
         b->size += next->size;
         b->next = next->next;
-        if (next->next)
-            next->next->prev = b;
+        link_prev(next->next, b);
         block_recycle(h, next);
     }
     free_index_insert(fi, b);
