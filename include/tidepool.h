@@ -400,6 +400,8 @@ TIDE_API tide_status tide_stats_json(tide_allocator *t, char *buf, size_t cap, s
 /* Walks every segment and block and checks every invariant:
  *  - the blocks of each segment tile it with no gap or overlap; no two adjacent FREE blocks;
  *  - each block is in exactly one state and on exactly the list that state implies;
+ *  - each segment's own bookkeeping (whether it is on the idle list, how many of its blocks are not
+ *    FREE) agrees with its blocks;
  *  - reserved = allocated + pending + cached, per pool and in total, and every statistic's current
  *    value agrees with the walk;
  *  - a PENDING block has a reason to be pending (references, fences, or a synchronize owed);
