@@ -25,6 +25,26 @@ class Phys:
         if not self.used[p]:
             del self.used[p]
 
+def plan_large(ph, L):
+    """Where a block of more than a page goes: its head [s, PAGE) on a held page p whose end is free (or
+    on a fresh page, p None, h = 0), k fresh full pages, and its tail [0, y) on a held page whose start
+    is free (or a fresh one, tail None). Fewest fresh pages, then the longest head. Returns
+    (new pages, h, p, s, k, y, tail)."""
+    heads = [(PAGE - s, p, s) for p in ph.used for s, e in ph.holes(p) if e == PAGE]
+    tails = {p: e for p in ph.used for s, e in ph.holes(p) if s == 0}
+    best = None
+    for h, p, s in heads + [(0, None, 0)]:
+        k, y = divmod(L - h, PAGE)
+        tail = None
+        if y:
+            fits = [(e, q) for q, e in tails.items() if e >= y and q != p]
+            if fits:
+                tail = min(fits)[1]
+        new = k + (1 if y and tail is None else 0)
+        if best is None or (new, -h) < (best[0], -best[1]):
+            best = (new, h, p, s, k, y, tail)
+    return best
+
 def alloc(ph, L, policy):
     """returns list of (page, s, e) pieces"""
     if L <= PAGE:
@@ -40,27 +60,7 @@ def alloc(ph, L, policy):
         _, p, s = best
         ph.maps += 0  # the page's existing alias serves it
         ph.put(p, s, s + L); return [(p, s, s + L)]
-    # larger than a page: head [s, PAGE) of some page (or a fresh page from 0), full pages, tail [0, y)
-    heads = [(PAGE - s, p, s) for p in ph.used for s, e in ph.holes(p) if e == PAGE]
-    tails = {}
-    for p in ph.used:
-        for s, e in ph.holes(p):
-            if s == 0:
-                tails[p] = e
-    best = None
-    for h, p, s in heads + [(0, None, 0)]:
-        rest = L - h
-        k, y = divmod(rest, PAGE)
-        tail = None
-        if y:
-            fits = [(e, q) for q, e in tails.items() if e >= y and q != p]
-            if fits:
-                tail = min(fits)[1]
-        new = k + (1 if y and tail is None else 0)
-        key = (new, -h)
-        if best is None or key < best[0]:
-            best = (key, h, p, s, k, y, tail)
-    _, h, p, s, k, y, tail = best
+    _, h, p, s, k, y, tail = plan_large(ph, L)
     pieces = []
     if p is not None:
         ph.put(p, s, PAGE); pieces.append((p, s, PAGE)); ph.maps += 1

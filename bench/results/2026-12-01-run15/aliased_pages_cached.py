@@ -5,20 +5,17 @@ import os, sys, bisect
 from collections import OrderedDict, defaultdict
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))  # bench/
 import placement_model as pm
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from aliased_pages import plan_large, Phys as PackedPages
 PAGE = pm.PAGE
 
-class Phys:
+class Phys(PackedPages):
+    """aliased_pages.Phys (its holes), keeping empty pages"""
     def __init__(self):
         self.used = {}        # page -> sorted pieces (start, end)
         self.empty = []       # empty pages, kept
         self.next = 0
         self.creates = self.aliases = 0
-    def holes(self, p):
-        prev = 0
-        for s, e in self.used[p] + [(PAGE, PAGE)]:
-            if s > prev:
-                yield prev, s
-            prev = max(prev, e)
     def held(self):
         return len(self.used) + len(self.empty)
     def fresh(self, grow):
@@ -45,21 +42,8 @@ def plan(ph, L):
         if best:
             return 0, ('small', best[1], best[2])
         return 1, ('small', None, 0)
-    heads = [(PAGE - s, p, s) for p in ph.used for s, e in ph.holes(p) if e == PAGE]
-    tails = {p: e for p in ph.used for s, e in ph.holes(p) if s == 0}
-    best = None
-    for h, p, s in heads + [(0, None, 0)]:
-        k, y = divmod(L - h, PAGE)
-        tail = None
-        if y:
-            fits = [(e, q) for q, e in tails.items() if e >= y and q != p]
-            if fits:
-                tail = min(fits)[1]
-        new = k + (1 if y and tail is None else 0)
-        key = (new, -h)
-        if best is None or key < best[0]:
-            best = (key, ('large', h, p, s, k, y, tail))
-    return best[0][0], best[1]
+    new, h, p, s, k, y, tail = plan_large(ph, L)
+    return new, ('large', h, p, s, k, y, tail)
 
 def realize(ph, L, how, grow):
     pieces = []

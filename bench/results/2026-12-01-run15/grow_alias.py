@@ -118,24 +118,7 @@ class Model:
             if (k, 0) < best[:2]:
                 best = (k, 0, ('extend', b, b * PAGE - have, k))
         if self.alias:
-            holes = {p: self.phys_free(p) for p in self.views}
-            for p, hs in holes.items():
-                for s, e in hs:
-                    if e - s >= L:        # the whole block on one held page, through a new view
-                        if (0, 1) < best[:2]:
-                            best = (0, 1, ('small', p, s))
-                    if e == PAGE and s > 0:
-                        k, y = divmod(L - (PAGE - s), PAGE)
-                        tail = None
-                        if y:
-                            for q, qs in holes.items():
-                                if q != p and qs and qs[0][0] == 0 and qs[0][1] >= y:
-                                    tail = q
-                                    break
-                        new = k + (1 if y and tail is None else 0)
-                        maps = 1 + (tail is not None)
-                        if (new, maps) < best[:2]:
-                            best = (new, maps, ('head', p, s, k, y, tail))
+            best = self.alias_candidate(L, best)
         how = best[2]
         if how[0] == 'fresh':
             v0 = self.top
@@ -150,6 +133,34 @@ class Model:
                 self.map_page(b + i)
             self.top = max(self.top, b + k + 1)
             return start
+        return self.realize_alias(L, how)
+
+    def alias_candidate(self, L, best):
+        """best, or a cheaper (new pages, alias maps, how) that puts the block, or its first and last
+        pages, on physical pages already held: ('small', p, s) or ('head', p, s, k, y, tail)"""
+        holes = {p: self.phys_free(p) for p in self.views}
+        for p, hs in holes.items():
+            for s, e in hs:
+                if e - s >= L:        # the whole block on one held page, through a new view
+                    if (0, 1) < best[:2]:
+                        best = (0, 1, ('small', p, s))
+                if e == PAGE and s > 0 and L > PAGE - s:
+                    k, y = divmod(L - (PAGE - s), PAGE)
+                    tail = None
+                    if y:
+                        for q, qs in holes.items():
+                            if q != p and qs and qs[0][0] == 0 and qs[0][1] >= y:
+                                tail = q
+                                break
+                    new = k + (1 if y and tail is None else 0)
+                    maps = 1 + (tail is not None)
+                    if (new, maps) < best[:2]:
+                        best = (new, maps, ('head', p, s, k, y, tail))
+        return best
+
+    def realize_alias(self, L, how):
+        """maps what alias_candidate chose, at fresh virtual pages above everything mapped"""
+        self.top = max([self.top] + [v + 2 for v in self.phys_of])
         if how[0] == 'small':
             _, p, s = how
             v = self.top; self.top += 2

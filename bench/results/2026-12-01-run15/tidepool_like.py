@@ -32,17 +32,16 @@ class TP(ga.Model):
             hf = head[0][1] - head[0][0] if head else 0
             up = -(-(L - tf) // PAGE) if L > tf else 0
             if up <= hi - lo and (left or up):
-                cand = (up, 'pages', lo, up, lo * PAGE - tf)
+                cand = (up, 0, ('pages', lo, up, lo * PAGE - tf))
                 best = cand if best is None or cand[0] < best[0] else best
             down = -(-(L - hf) // PAGE) if L > hf else 0
             if right and down and down <= hi - lo:
-                cand = (down, 'pages', hi - down, down, hi * PAGE - L if L <= hf + down * PAGE else None)
-                if cand[4] is not None:
+                if L <= hf + down * PAGE:
                     # the block ends at the top of the run's free head
-                    cand = (down, 'pages', hi - down, down, hi * PAGE + hf - L)
+                    cand = (down, 0, ('pages', hi - down, down, hi * PAGE + hf - L))
                     best = cand if best is None or cand[0] < best[0] else best
             if left and right and hi > lo and tf + (hi - lo) * PAGE + hf >= L:
-                cand = (hi - lo, 'pages', lo, hi - lo, lo * PAGE - tf)
+                cand = (hi - lo, 0, ('pages', lo, hi - lo, lo * PAGE - tf))
                 best = cand if best is None or cand[0] < best[0] else best
         return best
 
@@ -83,30 +82,27 @@ class TP(ga.Model):
         trimmed = False
         while True:
             free, runs = self.free_intervals()
-            plain = self.plain_plan(L, free, runs)
-            best = (plain[0], 0, plain)
+            best = self.plain_plan(L, free, runs)
             if self.alias:
-                alias = self.alias_plan(L)
-                if alias and alias[:2] < best[:2]:
-                    best = alias
+                best = self.alias_candidate(L, best)
             need = best[0]
             if not trimmed and need and self.held() + need > self.high_water:
-                lo_v = best[2][2] if best[2][1] == 'pages' else self.top
+                lo_v = best[2][1] if best[2][0] == 'pages' else self.top
                 span = (lo_v, lo_v + max(need, 1))
                 if any(a < span[1] and span[0] < b for a, b in self.recent):
                     self.high_water = self.held() + need
                 else:
                     keep = set(range(span[0], span[1]))
-                    if best[2][1] == 'pages' and best[2][4] is not None:
-                        keep |= set(range(best[2][4] // PAGE, (best[2][4] + L) // PAGE + 1))
+                    if best[2][0] == 'pages' and best[2][3] is not None:
+                        keep |= set(range(best[2][3] // PAGE, (best[2][3] + L) // PAGE + 1))
                     self.release(self.held() + need - self.high_water, keep)
                     trimmed = True
                     continue
             trimmed = True
             break
         how = best[2]
-        if how[1] == 'pages':
-            _, _, v0, k, addr = how
+        if how[0] == 'pages':
+            _, v0, k, addr = how
             for i in range(k):
                 self.map_page(v0 + i)
                 self.blocked.pop(v0 + i, None)
@@ -116,51 +112,6 @@ class TP(ga.Model):
         a = self.realize_alias(L, how)
         self.high_water = max(self.high_water, self.held())
         return a
-
-    def alias_plan(self, L):
-        best = None
-        holes = {p: self.phys_free(p) for p in self.views}
-        for p, hs in holes.items():
-            for s, e in hs:
-                if e - s >= L:
-                    cand = (0, 1, (None, 'small', p, s))
-                    best = cand if best is None or cand[:2] < best[:2] else best
-                if e == PAGE and s > 0 and L > PAGE - s:
-                    k, y = divmod(L - (PAGE - s), PAGE)
-                    tail = None
-                    if y:
-                        for q, qs in holes.items():
-                            if q != p and qs and qs[0][0] == 0 and qs[0][1] >= y:
-                                tail = q
-                                break
-                    new = k + (1 if y and tail is None else 0)
-                    cand = (new, 1 + (tail is not None), (None, 'head', p, s, k, y, tail))
-                    best = cand if best is None or cand[:2] < best[:2] else best
-        return best
-
-    def realize_alias(self, L, how):
-        self.top = max([self.top] + [v + 2 for v in self.phys_of])
-        if how[1] == 'small':
-            _, _, p, s = how
-            v = self.top; self.top += 2
-            self.map_page(v, p)
-            self.claim(p, v, s, s + L)
-            return v * PAGE + s
-        _, _, p, s, k, y, tail = how
-        v = self.top
-        self.map_page(v, p)
-        self.claim(p, v, s, PAGE)
-        for i in range(k):
-            self.map_page(v + 1 + i)
-        if y:
-            vt = v + 1 + k
-            if tail is None:
-                self.map_page(vt)
-            else:
-                self.map_page(vt, tail)
-                self.claim(tail, vt, 0, y)
-        self.top = v + k + 3
-        return v * PAGE + s
 
 def run(path, alias):
     ops = pm.read_trace(path)
