@@ -145,7 +145,7 @@ void micro(Allocators &a, int reps, const char *only)
         }
     };
     const int rows = 9;
-    double result[rows][3], arithmetic[2][2][32]; // [chains: 1, 8][threads: 1, 8]
+    double result[rows][3], paired[rows][3], arithmetic[2][2][32]; // [chains: 1, 8][threads: 1, 8]
     for (int row = 0; row < rows; row++) {
         double v[3][32];
         for (int r = 0; r < reps; r++)
@@ -158,18 +158,29 @@ void micro(Allocators &a, int reps, const char *only)
                     arithmetic[wide][1][r] = bench_arithmetic(8, wide ? 250000 : 2000000, wide);
                 }
         CUDA_OK(cudaDeviceSynchronize());
+        // Each repetition runs the three allocators back to back, so their ratio within a repetition
+        // sees the same phase of the machine (which can slow everything for seconds at a time); the
+        // median of those ratios is printed beside the ratio of the medians.
+        for (int k = 1; k < 3; k++) {
+            double ratio[32];
+            for (int r = 0; r < reps; r++)
+                ratio[r] = v[0][r] > 0 ? v[k][r] / v[0][r] : 0.0;
+            paired[row][k] = bench_median(ratio, reps);
+        }
         for (int k = 0; k < 3; k++)
             result[row][k] = bench_median(v[k], reps);
     }
     printf("| pattern (ns per alloc+free pair, median of %d) | tidepool | PyTorch | cudaMallocAsync | "
-           "PyTorch / tidepool | cudaMallocAsync / tidepool |\n|---|---|---|---|---|---|\n", reps);
+           "PyTorch / tidepool | cudaMallocAsync / tidepool | PyTorch / tidepool, median of the repetitions' "
+           "ratios | cudaMallocAsync / tidepool, likewise |\n|---|---|---|---|---|---|---|---|\n", reps);
     for (int row = 0; row < rows; row++) {
         if (row == 8) {
-            printf("| %s | %.1f | - | - | - | - |\n", patterns[row], result[row][0]);
+            printf("| %s | %.1f | - | - | - | - | - | - |\n", patterns[row], result[row][0]);
             continue;
         }
-        printf("| %s | %.1f | %.1f | %.1f | %.1fx | %.1fx |\n", patterns[row], result[row][0], result[row][1],
-               result[row][2], result[row][1] / result[row][0], result[row][2] / result[row][0]);
+        printf("| %s | %.1f | %.1f | %.1f | %.1fx | %.1fx | %.2fx | %.2fx |\n", patterns[row], result[row][0],
+               result[row][1], result[row][2], result[row][1] / result[row][0], result[row][2] / result[row][0],
+               paired[row][1], paired[row][2]);
     }
     int cpus[64];
     int pinned = bench_pin_cpus(cpus, 64);
