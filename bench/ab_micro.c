@@ -106,13 +106,10 @@ static void lib_free(void *ctx, void *p, size_t size, uintptr_t stream)
     }
 }
 
+/* A few milliseconds per run, so that A and B of a round fall in the same phase of the machine. */
 static double run_pattern(int pattern, const struct bench_allocator *a)
 {
-    switch (pattern) {
-    case 0: return bench_same_size(a, 1u << 20, 100000, 0);
-    case 1: return bench_random(a, 256, 4u << 20, 64, 50000, 0);
-    default: return bench_random(a, 1u << 20, 256u << 20, 16, 50000, 0);
-    }
+    return bench_one_thread(pattern, a, pattern == BENCH_SAME_SIZE ? 100000 : 50000, 0);
 }
 
 int main(int argc, char **argv)
@@ -131,7 +128,6 @@ int main(int argc, char **argv)
     load(&lib[0], argv[1]);
     load(&lib[1], argv[2]);
     struct bench_allocator al[2] = {{"A", &lib[0], lib_alloc, lib_free}, {"B", &lib[1], lib_alloc, lib_free}};
-    const char *patterns[] = {"same 1 MiB", "random 256B-4MiB, 64 live", "random 1MiB-256MiB, 16 live"};
     double *ns[2], *ratio;
     ns[0] = malloc((size_t)rounds * sizeof(double));
     ns[1] = malloc((size_t)rounds * sizeof(double));
@@ -140,7 +136,7 @@ int main(int argc, char **argv)
            rounds);
     printf("| pattern | A, ns per pair (median) | B | B / A, median of the rounds [quartiles] |\n"
            "|---|---|---|---|\n");
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < BENCH_ONE_THREAD_PATTERNS; p++) {
         run_pattern(p, &al[0]); /* warm both */
         run_pattern(p, &al[1]);
         for (int r = 0; r < rounds; r++) {
@@ -153,7 +149,7 @@ int main(int argc, char **argv)
         med = bench_median(ratio, rounds); /* sorts: the quartiles are read after */
         q1 = ratio[rounds / 4];
         q3 = ratio[(3 * rounds) / 4];
-        printf("| %s | %.1f | %.1f | %.3f [%.3f, %.3f] |\n", patterns[p], bench_median(ns[0], rounds),
+        printf("| %s | %.1f | %.1f | %.3f [%.3f, %.3f] |\n", bench_one_thread_names[p], bench_median(ns[0], rounds),
                bench_median(ns[1], rounds), med, q1, q3);
     }
     free(ns[0]);

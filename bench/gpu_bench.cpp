@@ -136,9 +136,9 @@ void micro(Allocators &a, int reps, const char *only)
     // machine's drift over the run falls on all alike.
     auto run = [&](int row, const bench_allocator *al) {
         switch (row) {
-        case 0: return bench_same_size(al, 1u << 20, 300000, handles[0]);
-        case 1: return bench_random(al, 256, 4u << 20, 64, 200000, handles[0]);
-        case 2: return bench_random(al, 1u << 20, 256u << 20, 16, 50000, handles[0]);
+        case BENCH_SAME_SIZE: return bench_one_thread(row, al, 300000, handles[0]);
+        case BENCH_SMALL_RANDOM: return bench_one_thread(row, al, 200000, handles[0]);
+        case BENCH_LARGE_RANDOM: return bench_one_thread(row, al, 50000, handles[0]);
         case 7: return bench_threads_busy(al, 7, handles.data(), 100000);
         case 8: return al == &a.tidepool ? bench_threads_each(each, 8, handles.data(), 100000) : 0.0;
         default: return bench_threads(al, 1 << (row - 3), handles.data(), 100000);

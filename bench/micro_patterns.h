@@ -194,6 +194,22 @@ static inline double bench_random(const struct bench_allocator *a, size_t lo, si
     return r.ns_per_pair;
 }
 
+/* The three one-thread patterns, by number, so that every benchmark runs the same ones; how many pairs
+ * is each caller's (a slower allocator, or a finer interleaving, wants fewer). */
+enum { BENCH_SAME_SIZE, BENCH_SMALL_RANDOM, BENCH_LARGE_RANDOM, BENCH_ONE_THREAD_PATTERNS };
+static const char *const bench_one_thread_names[BENCH_ONE_THREAD_PATTERNS] = {
+    "same 1 MiB", "random 256B-4MiB, 64 live", "random 1MiB-256MiB, 16 live"};
+
+static inline double bench_one_thread(int pattern, const struct bench_allocator *a, size_t pairs,
+                                      uintptr_t stream)
+{
+    switch (pattern) {
+    case BENCH_SAME_SIZE: return bench_same_size(a, 1u << 20, pairs, stream);
+    case BENCH_SMALL_RANDOM: return bench_random(a, 256, 4u << 20, 64, pairs, stream);
+    default: return bench_random(a, 1u << 20, 256u << 20, 16, pairs, stream);
+    }
+}
+
 /* Threads timed together: each waits on `start` when ready and on `stop` when done; bench_gate_wall
  * gives the wall seconds between the two, and joins them. */
 struct bench_gate {

@@ -99,13 +99,13 @@ int main(int argc, char **argv)
     double v[32];
     printf("tidepool on the simulated device, median of %d runs, ns per alloc+free pair\n", reps);
     for (int r = 0; r < reps; r++)
-        v[r] = bench_same_size(&a, 1u << 20, 2000000, 0);
+        v[r] = bench_one_thread(BENCH_SAME_SIZE, &a, 2000000, 0);
     printf("  same 1 MiB            %8.1f\n", bench_median(v, reps));
     for (int r = 0; r < reps; r++)
-        v[r] = bench_random(&a, 256, 4u << 20, 64, 1000000, 0);
+        v[r] = bench_one_thread(BENCH_SMALL_RANDOM, &a, 1000000, 0);
     printf("  random 256B-4MiB, 64  %8.1f\n", bench_median(v, reps));
     for (int r = 0; r < reps; r++)
-        v[r] = bench_random(&a, 1u << 20, 256u << 20, 16, 200000, 0);
+        v[r] = bench_one_thread(BENCH_LARGE_RANDOM, &a, 200000, 0);
     printf("  random 1-256MiB, 16   %8.1f\n", bench_median(v, reps));
     double one = 0, eight = 0;
     for (int threads = 1; threads <= 8; threads *= 2) {
