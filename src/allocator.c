@@ -13,8 +13,14 @@
 static _Atomic(uint64_t) next_allocator_id = 1;
 
 /* The heap this thread used last, so that a loop on one stream skips the table. Allocator ids are never
- * reused, so an entry for a destroyed allocator can never match. */
-static _Thread_local struct {
+ * reused, so an entry for a destroyed allocator can never match. Read on every call: with
+ * TIDE_TLS_INITIAL_EXEC (CMakeLists.txt) at a fixed offset from the thread pointer. */
+#if TIDE_TLS_INITIAL_EXEC
+#define HOT_THREAD_LOCAL _Thread_local __attribute__((tls_model("initial-exec")))
+#else
+#define HOT_THREAD_LOCAL _Thread_local
+#endif
+static HOT_THREAD_LOCAL struct {
     uint64_t allocator_id;
     tide_stream stream;
     struct heap *heap;

@@ -1,15 +1,63 @@
 /* Status codes and the thread's last error message. */
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MESSAGE_CAP 1024
 
-static _Thread_local char last_message[MESSAGE_CAP];
-/* Whether a backend explained itself since tidepool last called into one: only then does its message
- * belong to the error tidepool is about to report. */
-static _Thread_local bool backend_explained;
+/* The thread's message, in host memory of its own reached through one thread-local pointer. The
+ * library's thread-locals are kept to a few words because all of them sit in the static TLS that glibc
+ * reserves for libraries loaded with dlopen (TIDE_TLS_INITIAL_EXEC in CMakeLists.txt), which is small
+ * and shared by every such library. Made at a thread's first failure, freed when the thread exits. */
+struct thread_message {
+    char text[MESSAGE_CAP];
+    /* Whether a backend explained itself since tidepool last called into one: only then does its
+     * message belong to the error tidepool is about to report. */
+    bool backend_explained;
+};
+static _Thread_local struct thread_message *message;
+static pthread_key_t message_key;
+static pthread_once_t message_key_once = PTHREAD_ONCE_INIT;
+static bool message_key_made;
+/* The message of a thread that could not get memory for its own (the status still says what failed);
+ * never written. */
+static struct thread_message no_room = {"(tidepool had no host memory left for this thread's error message)",
+                                        false};
+
+static void message_free(void *m)
+{
+    free(m);
+    message = NULL; /* a destructor that runs later on this thread may fail again: it makes a new one */
+}
+
+static void make_message_key(void) { message_key_made = pthread_key_create(&message_key, message_free) == 0; }
+
+/* Unloaded with dlclose: the key's destructor would be gone before threads that made a message exit. */
+__attribute__((destructor)) static void delete_message_key(void)
+{
+    if (message_key_made)
+        pthread_key_delete(message_key);
+}
+
+/* The thread's message to write, or NULL without host memory for one. */
+static struct thread_message *thread_message(void)
+{
+    if (!message || message == &no_room) {
+        pthread_once(&message_key_once, make_message_key);
+        struct thread_message *m = calloc(1, sizeof *m);
+        if (!m) {
+            message = &no_room;
+            return NULL;
+        }
+        if (message_key_made)
+            pthread_setspecific(message_key, m);
+        message = m;
+    }
+    return message;
+}
 
 const char *tide_status_name(tide_status status)
 {
@@ -27,36 +75,50 @@ const char *tide_status_name(tide_status status)
     return "TIDE_E(unknown status)";
 }
 
-const char *tide_last_error(void) { return last_message; }
+const char *tide_last_error(void) { return message ? message->text : ""; }
 
 tide_status tide__fail(tide_status status, const char *fmt, ...)
 {
+    struct thread_message *m = thread_message();
+    if (!m)
+        return status;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_message, sizeof last_message, fmt, ap);
+    vsnprintf(m->text, sizeof m->text, fmt, ap);
     va_end(ap);
     return status;
 }
 
 void tide_backend_error(const char *fmt, ...)
 {
+    struct thread_message *m = thread_message();
+    if (!m)
+        return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_message, sizeof last_message, fmt, ap);
+    vsnprintf(m->text, sizeof m->text, fmt, ap);
     va_end(ap);
-    backend_explained = true;
+    m->backend_explained = true;
 }
 
-void tide__clear_backend_message(void) { backend_explained = false; }
+void tide__clear_backend_message(void)
+{
+    if (message && message != &no_room)
+        message->backend_explained = false;
+}
 
 tide_status tide__fail_with_context(tide_status status, const char *fmt, ...)
 {
+    struct thread_message *m = thread_message();
+    if (!m)
+        return status;
+    char *last_message = m->text;
     char detail[MESSAGE_CAP];
-    if (backend_explained)
+    if (m->backend_explained)
         memcpy(detail, last_message, sizeof detail);
     else
         snprintf(detail, sizeof detail, "%s", tide_status_name(status));
-    backend_explained = false;
+    m->backend_explained = false;
     char context[MESSAGE_CAP / 2];
     va_list ap;
     va_start(ap, fmt);
@@ -64,14 +126,14 @@ tide_status tide__fail_with_context(tide_status status, const char *fmt, ...)
     va_end(ap);
     /* "<context>: <detail>", cut to fit; written by hand because cutting is expected here. */
     size_t n = strlen(context);
-    if (n > sizeof last_message - 3)
-        n = sizeof last_message - 3;
+    if (n > MESSAGE_CAP - 3)
+        n = MESSAGE_CAP - 3;
     memcpy(last_message, context, n);
     memcpy(last_message + n, ": ", 2);
     n += 2;
     size_t d = strlen(detail);
-    if (d > sizeof last_message - 1 - n)
-        d = sizeof last_message - 1 - n;
+    if (d > MESSAGE_CAP - 1 - n)
+        d = MESSAGE_CAP - 1 - n;
     memcpy(last_message + n, detail, d);
     last_message[n + d] = '\0';
     return status;

@@ -163,6 +163,43 @@ static void test_malformed_config_refuses_to_create(void)
     tide_sim_destroy(sim);
 }
 
+/* Each thread has its own last message: a failure on one thread leaves another's message as it was,
+ * and a thread that has not failed reads "". A thread's message is freed when it exits (valgrind and
+ * LeakSanitizer runs of this test count it as leaked otherwise). */
+struct message_thread {
+    tide_allocator *t;
+    char seen_first[256], seen_after[256];
+};
+
+static void *fail_on_own_thread(void *arg)
+{
+    struct message_thread *m = arg;
+    snprintf(m->seen_first, sizeof m->seen_first, "%s", tide_last_error());
+    void *p;
+    CHECK_STATUS(tide_malloc(m->t, 0, 0, &p), TIDE_EINVAL);
+    snprintf(m->seen_after, sizeof m->seen_after, "%s", tide_last_error());
+    return NULL;
+}
+
+static void test_messages_are_per_thread(void)
+{
+    struct fixture f;
+    fixture_open(&f, 4 * GIB, NULL);
+    int on_stack;
+    CHECK_STATUS(tide_free(f.t, &on_stack), TIDE_EINVAL);
+    CHECK_MESSAGE("which tidepool did not allocate");
+    for (int i = 0; i < 3; i++) {
+        struct message_thread m = {f.t, "unset", "unset"};
+        pthread_t thread;
+        CHECK(pthread_create(&thread, NULL, fail_on_own_thread, &m) == 0);
+        pthread_join(thread, NULL);
+        CHECK(strcmp(m.seen_first, "") == 0);
+        CHECK(strstr(m.seen_after, "size 0") != NULL);
+    }
+    CHECK_MESSAGE("which tidepool did not allocate");
+    fixture_close(&f);
+}
+
 int main(void)
 {
     RUN(test_double_free);
@@ -172,5 +209,6 @@ int main(void)
     RUN(test_references_misused);
     RUN(test_null_arguments_and_bad_settings);
     RUN(test_malformed_config_refuses_to_create);
+    RUN(test_messages_are_per_thread);
     return HARNESS_EXIT();
 }
