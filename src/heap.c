@@ -238,7 +238,7 @@ static inline void link_prev(struct block *n, struct block *prev)
 struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, size_t requested,
                                 tide_status *status)
 {
-    struct free_index *fi = &h->free[b->seg->pool];
+    struct free_index *fi = heap_free_index(h, b->seg->pool);
     /* The only step that can fail comes first, so a failure changes nothing. */
     tide_status s = ptr_map_insert(&h->map, b);
     if (s != TIDE_OK) {
@@ -280,7 +280,7 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
 struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
                             tide_status *status)
 {
-    struct block *b = free_index_find(&h->free[pool], rounded, h->owner->conf.max_split_size);
+    struct block *b = free_index_find(heap_free_index(h, pool), rounded, h->owner->conf.max_split_size);
     if (!b)
         return NULL;
     return heap_take_block(h, b, rounded, requested, status);
@@ -304,7 +304,7 @@ struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rou
     segment_link(h, seg);
 
     stats_segment_added(&h->stats, seg->pool, (int64_t)seg->size);
-    free_index_insert(&h->free[seg->pool], b);
+    free_index_insert(heap_free_index(h, seg->pool), b);
     idle_append(h, seg);
     if (rounded == 0)
         return b;
@@ -314,7 +314,7 @@ struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rou
 /* heap_make_free, with the time the segment goes idle at (if it does) given or read now. */
 static size_t make_free(struct heap *h, struct block *b, bool stamp_given, uint64_t since)
 {
-    struct free_index *fi = &h->free[b->seg->pool];
+    struct free_index *fi = heap_free_index(h, b->seg->pool);
     b->state = BLOCK_FREE;
     b->seg->busy--;
     b->requested = 0;
@@ -393,13 +393,13 @@ struct block *heap_reuse_parked(struct heap *h, enum pool_kind pool, size_t roun
      * would not be (an oversize block stays whole), the layout comes back as it is. */
     if (absorbs_next && !worth_splitting(b->seg, merged, rounded, max_split))
         return NULL;
-    if (!free_index_would_find(&h->free[pool], rounded, max_split, merged, absorbs_next ? next : NULL))
+    if (!free_index_would_find(heap_free_index(h, pool), rounded, max_split, merged, absorbs_next ? next : NULL))
         return NULL;
     /* What the merge, the search and the split would have changed besides: the split's rest, the
      * FREE block after b again, filed at the front of its class (in the very struct, which the merge
      * recycles and the split takes back); the segment put on the idle list and taken off it. */
     if (absorbs_next)
-        free_index_to_front(&h->free[pool], next);
+        free_index_to_front(heap_free_index(h, pool), next);
     h->parked = NULL;
     b->state = BLOCK_ACTIVE;
     b->tag = NULL;
@@ -418,7 +418,7 @@ size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct seg
         struct segment *seg = h->idle_head;
         struct block *b = seg->first;
         idle_unlink(h, seg);
-        free_index_remove(&h->free[seg->pool], b);
+        free_index_remove(heap_free_index(h, seg->pool), b);
         block_recycle(h, b);
         seg->first = NULL;
         segment_unlink(h, seg);
@@ -512,7 +512,7 @@ tide_status heap_extend_run(struct heap *h, struct segment *seg, size_t extra)
     struct block *added = NULL;
     if (tail->state != BLOCK_FREE && !(added = block_new(h)))
         return tide__fail(TIDE_EHOSTMEM, "out of host memory for a block");
-    struct free_index *fi = &h->free[seg->pool];
+    struct free_index *fi = heap_free_index(h, seg->pool);
     run_stats(h, seg, false);
     if (added) {
         added->seg = seg;
@@ -535,7 +535,7 @@ tide_status heap_extend_run(struct heap *h, struct segment *seg, size_t extra)
 
 void heap_merge_runs(struct heap *h, struct segment *lo, struct segment *hi)
 {
-    struct free_index *fi = &h->free[lo->pool];
+    struct free_index *fi = heap_free_index(h, lo->pool);
     run_stats(h, lo, false);
     run_stats(h, hi, false);
     if (hi->idle)
@@ -570,7 +570,7 @@ tide_status heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uint
                              bool *used_upper)
 {
     struct segment *seg = b->seg;
-    struct free_index *fi = &h->free[seg->pool];
+    struct free_index *fi = heap_free_index(h, seg->pool);
     uintptr_t end = seg->base + seg->size, b_end = b->addr + b->size;
     bool has_lower = lo > seg->base, has_upper = hi < end;
     /* What is left of b below lo stays b; what is left above hi is b too if nothing is left below. */

@@ -330,9 +330,15 @@ static inline void cache_gained(struct pool_stats *p, int64_t idle_segment)
         peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
 }
 
+/* body for the event's pool, then for all pools. The empty asm makes the event's pool_stats pointer
+ * opaque to the compiler, so that it is computed once and kept: GCC otherwise recomputes it from the
+ * pool index before every counter (three instructions each, about 26 per alloc+free pair under
+ * callgrind; bench/results/2026-12-01-run16.md). A branch on the pool instead of the index saves as
+ * much but mispredicts where pools alternate at random. */
 #define BOTH(s, pool, p, body)                                                                     \
     do {                                                                                           \
         struct pool_stats *p = &(s)->pool[public_pool(pool)];                                      \
+        __asm__("" : "+r"(p));                                                                     \
         body;                                                                                      \
         p = &(s)->pool[TIDE_POOL_ALL];                                                             \
         body;                                                                                      \
@@ -467,6 +473,14 @@ struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded,
  * it (if rounded > 0). */
 struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rounded, size_t requested,
                                  tide_status *status);
+/* h's free index for pool, as an opaque pointer (see BOTH): computed once, then each of its fields is
+ * one fixed offset away, where GCC would otherwise multiply the pool index again for each. */
+static inline struct free_index *heap_free_index(struct heap *h, enum pool_kind pool)
+{
+    struct free_index *fi = &h->free[pool];
+    __asm__("" : "+r"(fi));
+    return fi;
+}
 /* Under h->lock: make a block FREE, merge it with its FREE neighbours, file it. Returns the size of its
  * segment if that became wholly free, else 0 (for the statistics, which the caller keeps). */
 size_t heap_make_free(struct heap *h, struct block *b);
