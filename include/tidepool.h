@@ -181,7 +181,8 @@ typedef enum tide_status {
 TIDE_API const char *tide_status_name(tide_status status);
 
 /* The message of the last failed call on this thread, or "" if none failed yet. Successful calls leave
- * it as it was. The string stays valid until the next failing call on this thread. */
+ * it as it was. The string stays valid until the next failing call on this thread, or until the
+ * thread exits. */
 TIDE_API const char *tide_last_error(void);
 
 /* ------------------------------------------------------------------------------------------------ */
