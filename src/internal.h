@@ -318,18 +318,6 @@ static inline void peak_at_least(int64_t *peak, int64_t value)
         *peak = value;
 }
 
-/* FREE bytes were added to the cache (a free, a drained pending block) in a segment that is now wholly
- * free (idle_segment bytes) or not (0). The split cache rises, unless the segment became wholly free:
- * then its FREE bytes become releasable cache, and the split cache falls. */
-static inline void cache_gained(struct pool_stats *p, int64_t idle_segment)
-{
-    peak_at_least(&p->cached_peak, pool_cached(p));
-    if (idle_segment)
-        p->idle += idle_segment;
-    else
-        peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
-}
-
 /* body for the event's pool, then for all pools. The empty asm makes the event's pool_stats pointer
  * opaque to the compiler, so that it is computed once and kept: GCC otherwise recomputes it from the
  * pool index before every counter (three instructions each, about 26 per alloc+free pair under
@@ -344,6 +332,25 @@ static inline void cache_gained(struct pool_stats *p, int64_t idle_segment)
         body;                                                                                      \
     } while (0)
 
+/* FREE bytes were added to the cache (a free, a drained pending block) in a segment that is now wholly
+ * free (idle_segment bytes) or not (0). The split cache rises, unless the segment became wholly free:
+ * then its FREE bytes become releasable cache, and the split cache falls. The test is made once for
+ * both pools. */
+static inline void cache_gained(struct heap_stats *s, enum pool_kind pool, int64_t idle_segment)
+{
+    if (idle_segment) {
+        BOTH(s, pool, p, {
+            peak_at_least(&p->cached_peak, pool_cached(p));
+            p->idle += idle_segment;
+        });
+    } else {
+        BOTH(s, pool, p, {
+            peak_at_least(&p->cached_peak, pool_cached(p));
+            peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
+        });
+    }
+}
+
 static inline void stats_take(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t requested,
                 int64_t idle_segment)
 {
@@ -352,11 +359,13 @@ static inline void stats_take(struct heap_stats *s, enum pool_kind pool, int64_t
         rise(&p->requested, requested);
         rise(&p->allocation, 1);
         peak_at_least(&p->active_peak, pool_active(p));
-        if (idle_segment) { /* a wholly free segment is split: what stays FREE is split cache now */
+    });
+    if (idle_segment) { /* a wholly free segment is split: what stays FREE is split cache now */
+        BOTH(s, pool, p, {
             p->idle -= idle_segment;
             peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
-        }
-    });
+        });
+    }
 }
 
 static inline void stats_active_to_free(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t requested,
@@ -366,8 +375,8 @@ static inline void stats_active_to_free(struct heap_stats *s, enum pool_kind poo
         fall(&p->allocated, size);
         fall(&p->requested, requested);
         fall(&p->allocation, 1);
-        cache_gained(p, idle_segment);
     });
+    cache_gained(s, pool, idle_segment);
 }
 
 static inline void stats_active_to_pending(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t requested)
@@ -386,8 +395,8 @@ static inline void stats_pending_to_free(struct heap_stats *s, enum pool_kind po
     BOTH(s, pool, p, {
         fall(&p->pending, size);
         fall(&p->pending_blocks, 1);
-        cache_gained(p, idle_segment);
     });
+    cache_gained(s, pool, idle_segment);
 }
 
 static inline void stats_segment_added(struct heap_stats *s, enum pool_kind pool, int64_t size)
