@@ -135,6 +135,11 @@ struct block *free_index_find(const struct free_index *fi, size_t size, size_t o
 bool free_index_would_find(const struct free_index *fi, size_t size, size_t oversize_min,
                            size_t merged_size, const struct block *absorbed)
 {
+    /* An exact fit is always acceptable, and the search returns the first exact fit it meets in the
+     * request's own class, where the merged block would be first: the common case (a block freed and
+     * asked for again at its size, with nothing FREE after it) needs no class computed. */
+    if (merged_size == size)
+        return true;
     unsigned fl, sl, mfl, msl;
     class_of(size, &fl, &sl);
     class_of(merged_size, &mfl, &msl);
