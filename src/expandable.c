@@ -139,8 +139,11 @@ static tide_status unmap_units(tide_allocator *t, struct arena *a, uintptr_t add
 }
 
 /* Maps [addr, addr + size), free pages of arena a: in units of TIDE_MAP_UNIT_PAGES pages, or page by
- * page. On a failure what was mapped is unmapped again, and the status says why. */
-static tide_status map_units(tide_allocator *t, struct arena *a, uintptr_t addr, size_t size, bool paired)
+ * page. On a failure what was mapped is unmapped again, and the status says why. Should that unmap be
+ * refused too, [*stranded_at, *stranded_at + *stranded) stays mapped (else *stranded is 0): the caller
+ * keeps those pages (keep_stranded_pages), or a later plan would map over them. */
+static tide_status map_units(tide_allocator *t, struct arena *a, uintptr_t addr, size_t size, bool paired,
+                             uintptr_t *stranded_at, size_t *stranded)
 {
     const tide_backend *be = &t->backend;
     size_t page = be->page_size, unit = (paired ? TIDE_MAP_UNIT_PAGES : 1) * page, done = 0, step = 0;
@@ -152,6 +155,7 @@ static tide_status map_units(tide_allocator *t, struct arena *a, uintptr_t addr,
             break;
         units_mark(a, addr + done, addr + done + step, page, true);
     }
+    *stranded = 0;
     if (s == TIDE_OK)
         return TIDE_OK;
     if (s != TIDE_ENOMEM) { /* the words first: unmapping clears the backend's */
@@ -160,8 +164,20 @@ static tide_status map_units(tide_allocator *t, struct arena *a, uintptr_t addr,
                                     format_bytes(step, sz), (unsigned long long)(addr + done), be->name);
     }
     size_t undone = 0;
-    if (done) /* a refusal here leaves those pages mapped and counted nowhere (the device still has them) */
-        (void)unmap_units(t, a, addr, done, &undone);
+    if (!done)
+        return s;
+    char why[512]; /* a refused unmap would overwrite the words of the map that failed */
+    snprintf(why, sizeof why, "%s", tide_last_error());
+    if (unmap_units(t, a, addr, done, &undone) != TIDE_OK) {
+        *stranded_at = addr + undone;
+        *stranded = done - undone;
+        if (s != TIDE_ENOMEM) { /* (an out-of-memory failure gets its report from the ladder) */
+            char sz[32], refused[512];
+            snprintf(refused, sizeof refused, "%s", tide_last_error());
+            tide__fail(s, "%s (and unmapping the %s mapped before it was refused: %s)", why,
+                       format_bytes(*stranded, sz), refused);
+        }
+    }
     return s;
 }
 
@@ -344,6 +360,24 @@ static tide_status join_pages(tide_allocator *t, struct heap *h, struct placemen
     return TIDE_OK;
 }
 
+/* Under the pressure lock: pages that a failed map left mapped (map_units) join the runs as FREE
+ * memory, reserved like any other, so that no later plan maps over them and a trim or empty_cache can
+ * unmap them. They extend the planned run where they start at its end. Without host memory for the
+ * run they stay mapped and counted nowhere. */
+static void keep_stranded_pages(tide_allocator *t, struct heap *h, const struct placement *p, uintptr_t addr,
+                                size_t size)
+{
+    struct placement kept = {p->arena, addr == p->addr ? p->left : NULL, addr, size, addr, addr + size};
+    struct segment *run;
+    heap_lock(h);
+    tide_status s = join_pages(t, h, &kept, &run);
+    heap_unlock(h);
+    if (s != TIDE_OK)
+        return;
+    note_reserved(t, size);
+    HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, h->stream, addr, size);
+}
+
 tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
                             size_t requested, struct block **out)
 {
@@ -396,7 +430,11 @@ tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind po
              * TIDE_MAP_UNIT_PAGES (see Units above); past it, page by page, so that a trim can give
              * back any of them. */
             bool paired = t->reserved + p.need <= t->high_water;
-            tide_status s = map_units(t, p.arena, p.addr, p.need, paired);
+            uintptr_t stranded_at = 0;
+            size_t stranded = 0;
+            tide_status s = map_units(t, p.arena, p.addr, p.need, paired, &stranded_at, &stranded);
+            if (stranded)
+                keep_stranded_pages(t, h, &p, stranded_at, stranded);
             if (s != TIDE_OK)
                 return s;
             note_reserved(t, p.need);

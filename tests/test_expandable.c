@@ -264,6 +264,31 @@ static void test_faults_change_nothing(void)
     fixture_close(&f);
 }
 
+/* A map refused partway, and the unmap that would undo what it mapped refused too: the pages left
+ * mapped are kept, counted and in a run, and never mapped over. Before, the next try mapped over them
+ * and tide_malloc failed with the device's TIDE_EINVAL (found by fuzzing: fuzz/regressions/b8ce6cdf9447). */
+static void test_refused_undo_keeps_pages(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, CONF);
+    void *p = NULL;
+    tide_sim_inject_fault(f.sim, TIDE_SIM_MAP, 2, 1);           /* the third page of three */
+    tide_sim_inject_fault(f.sim, TIDE_SIM_UNMAP, 0, UINT32_MAX); /* and every unmap, for now */
+    CHECK_OK(tide_malloc(f.t, 5 * MIB + 1, 0, &p));              /* the two kept pages, and one more */
+    check_accounting(&f);
+    CHECK(reserved_of(f.t) == (int64_t)(3 * PAGE));
+    tide_sim_inject_fault(f.sim, TIDE_SIM_UNMAP, 0, 0);
+    if (p) {
+        fill(p, 5 * MIB + 1, 0x3c);
+        CHECK(intact(p, 5 * MIB + 1, 0x3c));
+        CHECK_OK(tide_free(f.t, p));
+    }
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(reserved_of(f.t) == 0);
+    check_accounting(&f);
+    fixture_close(&f);
+}
+
 static void test_needs_virtual_memory(void)
 {
     tide_sim *sim;
@@ -456,6 +481,7 @@ int main(void)
     RUN(test_pending_pages_stay_mapped);
     RUN(test_streams_never_share_a_page);
     RUN(test_faults_change_nothing);
+    RUN(test_refused_undo_keeps_pages);
     RUN(test_needs_virtual_memory);
     RUN(test_destroy_gives_back);
     RUN(test_mark_outlives_empty_cache);
