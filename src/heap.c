@@ -393,13 +393,14 @@ struct block *heap_reuse_parked(struct heap *h, enum pool_kind pool, size_t roun
      * would not be (an oversize block stays whole), the layout comes back as it is. */
     if (absorbs_next && !worth_splitting(b->seg, merged, rounded, max_split))
         return NULL;
-    if (!free_index_would_find(heap_free_index(h, pool), rounded, max_split, merged, absorbs_next ? next : NULL))
+    struct free_index *fi = heap_free_index(h, pool);
+    if (!free_index_would_find(fi, rounded, max_split, merged, absorbs_next ? next : NULL))
         return NULL;
     /* What the merge, the search and the split would have changed besides: the split's rest, the
      * FREE block after b again, filed at the front of its class (in the very struct, which the merge
      * recycles and the split takes back); the segment put on the idle list and taken off it. */
     if (absorbs_next)
-        free_index_to_front(heap_free_index(h, pool), next);
+        free_index_to_front(fi, next);
     h->parked = NULL;
     b->state = BLOCK_ACTIVE;
     b->tag = NULL;
