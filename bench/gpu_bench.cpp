@@ -3,7 +3,8 @@
 //   gpu_bench micro [reps] [--only NAME]   the micro patterns (bench/micro_patterns.h), ns per
 //                                    alloc+free pair (--only: one allocator; the others show 0)
 //   gpu_bench replay TRACE...        each trace replayed through each allocator: ns per operation,
-//                                    peak reserved, peak reserved / peak live. The cold pass carries
+//                                    peak reserved, peak reserved / peak live, driver calls in the warm
+//                                    passes (there should be none). The cold pass carries
 //                                    out the trace's empty_cache lines; the warm passes skip them
 //   gpu_bench replay --only NAME TRACE...    only one allocator: tidepool, pytorch or cudaMallocAsync
 //                                    (run it with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or
@@ -215,6 +216,7 @@ struct ReplayResult {
     double warm_ns_per_op;  // again, cache kept: the allocator alone (median of the warm runs)
     double warm_best_ns_per_op; // the fastest warm run: the cost with the least interference
     uint64_t peak_reserved; // in the cold run
+    int64_t warm_driver_calls; // device allocations and frees (maps and unmaps) in all warm runs; -1: not known
 };
 
 uint64_t peak_live_of(const trace &t)
@@ -275,6 +277,23 @@ double replay_once(Allocators &a, const bench_allocator *al, const trace &t, uin
     return seconds * 1e9 / (double)t.nops;
 }
 
+// The driver allocations and frees an allocator has made so far (with virtual memory: maps and unmaps),
+// or -1 where it does not count them (cudaMallocAsync's pool). The warm passes should make none.
+int64_t driver_calls(Allocators &a, const bench_allocator *al)
+{
+    if (al == &a.tidepool) {
+        tide_stats s;
+        s.struct_size = sizeof s;
+        tide_get_stats(a.tide, &s);
+        return (int64_t)(s.num_device_alloc + s.num_device_free);
+    }
+    if (al == &a.torch) {
+        auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+        return stats.num_device_alloc + stats.num_device_free;
+    }
+    return -1;
+}
+
 // Starts an allocator empty with its peak reset and replays (cold), reading its own peak reserved.
 ReplayResult replay_cold(Allocators &a, const bench_allocator *al, const trace &t)
 {
@@ -312,6 +331,9 @@ void replay_all(Allocators &a, const std::vector<const bench_allocator *> &which
     for (const bench_allocator *al : which)
         out.push_back(replay_cold(a, al, t));
     std::vector<std::vector<double>> times(which.size());
+    std::vector<int64_t> calls_before;
+    for (const bench_allocator *al : which)
+        calls_before.push_back(driver_calls(a, al));
     for (int r = 0; r < rounds; r++)
         for (size_t k = 0; k < which.size(); k++)
             times[k].push_back(replay_once(a, which[k], t, 0, false));
@@ -319,6 +341,8 @@ void replay_all(Allocators &a, const std::vector<const bench_allocator *> &which
     for (size_t k = 0; k < which.size(); k++) {
         out[k].warm_best_ns_per_op = *std::min_element(times[k].begin(), times[k].end());
         out[k].warm_ns_per_op = bench_median(times[k].data(), rounds);
+        int64_t after = driver_calls(a, which[k]);
+        out[k].warm_driver_calls = after < 0 ? -1 : after - calls_before[k];
     }
 }
 
@@ -387,7 +411,8 @@ int main(int argc, char **argv)
     const char *conf = getenv("PYTORCH_CUDA_ALLOC_CONF"), *tide_conf = getenv("TIDEPOOL_CONF");
     const int rounds = 15;
     printf("| trace | allocator | ns per op, warm (median of %d) | warm, best | ns per op, cold | "
-           "peak reserved MiB | peak reserved / peak live |\n|---|---|---|---|---|---|---|\n", rounds);
+           "peak reserved MiB | peak reserved / peak live | driver calls, all warm passes |\n"
+           "|---|---|---|---|---|---|---|---|\n", rounds);
     for (int i = only ? 4 : 2; i < argc; i++) {
         trace t;
         char err[512];
@@ -415,9 +440,12 @@ int main(int argc, char **argv)
                 label += std::string(" (") + conf + ")";
             if (al == &a.tidepool && tide_conf && *tide_conf)
                 label += std::string(" (") + tide_conf + ")";
-            printf("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.3f |\n", name, label.c_str(), r.warm_ns_per_op,
+            char calls[32] = "-";
+            if (r.warm_driver_calls >= 0)
+                snprintf(calls, sizeof calls, "%lld", (long long)r.warm_driver_calls);
+            printf("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.3f | %s |\n", name, label.c_str(), r.warm_ns_per_op,
                    r.warm_best_ns_per_op, r.cold_ns_per_op, r.peak_reserved / 1048576.0,
-                   (double)r.peak_reserved / (double)live);
+                   (double)r.peak_reserved / (double)live, calls);
         }
         fflush(stdout);
         trace_free(&t);
