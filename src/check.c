@@ -229,11 +229,18 @@ static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int
                 (unsigned long long)h->stream, runs, in_arenas);
 
     /* Lists and indexes hold exactly what the walk found. */
-    for (int p = 0; p < POOL_KINDS; p++)
-        if (h->free[p].count != tl[p].free_blocks)
-            problem(c, "stream 0x%llx: the %s pool's free index holds %zu blocks, the walk found %zu "
-                    "FREE", (unsigned long long)h->stream, p == POOL_SMALL ? "small" : "large",
-                    h->free[p].count, tl[p].free_blocks);
+    for (int p = 0; p < POOL_KINDS; p++) {
+        const char *pool = p == POOL_SMALL ? "small" : "large";
+        bool bitmaps_agree;
+        size_t filed = free_index_count(&h->free[p], tl[p].free_blocks, &bitmaps_agree);
+        if (filed != tl[p].free_blocks)
+            problem(c, "stream 0x%llx: the %s pool's free index holds %s%zu blocks, the walk found %zu "
+                    "FREE", (unsigned long long)h->stream, pool, filed > tl[p].free_blocks ? "more than " : "",
+                    filed > tl[p].free_blocks ? tl[p].free_blocks : filed, tl[p].free_blocks);
+        if (!bitmaps_agree)
+            problem(c, "stream 0x%llx: the %s pool's free index has a class whose bitmap bit disagrees "
+                    "with whether its list is empty", (unsigned long long)h->stream, pool);
+    }
     size_t mapped = (size_t)(tl[0].allocation + tl[0].pending_blocks + tl[1].allocation +
                              tl[1].pending_blocks);
     if (h->map.count != mapped)

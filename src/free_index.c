@@ -26,11 +26,7 @@ static void class_of(size_t size, unsigned *fl, unsigned *sl)
     unsigned f = msb64(u | (FI_SL_COUNT >> 1));
     unsigned shift = msb64(u | FI_SL_COUNT) - FI_SL_BITS;
     *fl = f - (FI_SL_BITS - 1);
-    *sl = (unsigned)(u >> shift) & (FI_SL_COUNT - 1);
-    if (*fl >= FI_FL_COUNT) { /* beyond any real device; keep it in the last class */
-        *fl = FI_FL_COUNT - 1;
-        *sl = FI_SL_COUNT - 1;
-    }
+    *sl = (unsigned)(u >> shift) & (FI_SL_COUNT - 1); /* *fl < FI_FL_COUNT for any size: internal.h */
 }
 
 void free_index_init(struct free_index *fi, struct block *end)
@@ -55,7 +51,6 @@ void free_index_insert(struct free_index *fi, struct block *b)
     *head = b;
     fi->sl_bitmap[fl] |= 1u << sl;
     fi->fl_bitmap |= 1ull << fl;
-    fi->count++;
 }
 
 void free_index_remove(struct free_index *fi, struct block *b)
@@ -69,7 +64,6 @@ void free_index_remove(struct free_index *fi, struct block *b)
     uint32_t emptied = fi->heads[fl][sl] == fi->end;
     fi->sl_bitmap[fl] &= ~(emptied << sl);
     fi->fl_bitmap &= ~((uint64_t)(fi->sl_bitmap[fl] == 0) << fl);
-    fi->count--;
 }
 
 static bool acceptable(const struct block *b, size_t size, size_t oversize_min)
@@ -211,4 +205,24 @@ bool free_index_contains(const struct free_index *fi, const struct block *b)
         if (x == b)
             return true;
     return false;
+}
+
+size_t free_index_count(const struct free_index *fi, size_t limit, bool *bitmaps_agree)
+{
+    size_t n = 0;
+    *bitmaps_agree = true;
+    for (unsigned fl = 0; fl < FI_FL_COUNT; fl++) {
+        bool fl_any = false;
+        for (unsigned sl = 0; sl < FI_SL_COUNT; sl++) {
+            bool any = fi->heads[fl][sl] != fi->end;
+            fl_any |= any;
+            if (any != ((fi->sl_bitmap[fl] >> sl) & 1u))
+                *bitmaps_agree = false;
+            for (const struct block *b = fi->heads[fl][sl]; b != fi->end && n <= limit; b = b->link_next)
+                n++;
+        }
+        if (fl_any != ((fi->fl_bitmap >> fl) & 1u))
+            *bitmaps_agree = false;
+    }
+    return n;
 }

@@ -171,14 +171,18 @@ struct arena {
 /* ---- free_index.c: two-level segregated fit over the FREE blocks of one pool of one heap --------- */
 #define FI_SL_BITS 5
 #define FI_SL_COUNT (1u << FI_SL_BITS)
-#define FI_FL_COUNT 48
+/* Enough first levels for any size: a size in 512-byte units has at most 64 - 9 bits, its top bit's
+ * position is at most 54, and its first level is that less FI_SL_BITS - 1. So class_of needs no bound
+ * check. */
+#define FI_FL_COUNT ((64 - 9) - (FI_SL_BITS - 1))
+_Static_assert(TIDE_UNIT == 1u << 9, "FI_FL_COUNT assumes 512-byte units");
+_Static_assert(FI_FL_COUNT <= 64, "the first-level bitmap is 64 bits");
 
 struct free_index {
     uint64_t fl_bitmap;
     uint32_t sl_bitmap[FI_FL_COUNT];
     struct block *heads[FI_FL_COUNT][FI_SL_COUNT];
     struct block *end;                /* every class's list ends here, never at NULL: see free_index.c */
-    size_t count;
 };
 /* end: a block struct of the heap's that the index keeps for itself. */
 void free_index_init(struct free_index *fi, struct block *end);
@@ -189,6 +193,10 @@ void free_index_remove(struct free_index *fi, struct block *b);
  * requests of oversize_min or more, and only if no more than TIDE_OVERSIZE_SLACK larger. */
 struct block *free_index_find(const struct free_index *fi, size_t size, size_t oversize_min);
 bool free_index_contains(const struct free_index *fi, const struct block *b);
+/* For tide_check: the blocks on the index's lists (counting stops past limit, so a list made circular
+ * by corruption still ends), and whether each class's bits say truly whether its list holds any. Not
+ * kept as a running count: that was two instructions per insert and removal on the fast path. */
+size_t free_index_count(const struct free_index *fi, size_t limit, bool *bitmaps_agree);
 /* Whether free_index_find(fi, size, oversize_min) would return a block of merged_size bytes, were it
  * filed now (at the front of its class) and `absorbed` (a filed block, or NULL) removed: the index a
  * merge would leave, without making it. */

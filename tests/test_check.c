@@ -106,6 +106,35 @@ static void test_detects_free_block_missing_from_index(void)
     scene_close(&s);
 }
 
+/* A block filed in the index that no segment holds as FREE (here, a spare block struct). */
+static void test_detects_stray_block_in_index(void)
+{
+    struct scene s;
+    scene_open(&s);
+    struct block *stray = block_new(s.h);
+    CHECK(stray != NULL);
+    stray->size = 8192;
+    stray->state = BLOCK_FREE;
+    free_index_insert(&s.h->free[POOL_SMALL], stray);
+    expect_corrupt(&s, "free index holds more than");
+    free_index_remove(&s.h->free[POOL_SMALL], stray);
+    block_recycle(s.h, stray);
+    scene_close(&s);
+}
+
+/* A class whose list holds a block but whose bit says it is empty: searches would skip it. */
+static void test_detects_free_index_bitmap_out_of_step(void)
+{
+    struct scene s;
+    scene_open(&s);
+    struct block *rest = block_of(&s, s.c)->next;
+    struct free_index *fi = &s.h->free[POOL_SMALL];
+    fi->sl_bitmap[rest->fl] ^= 1u << rest->sl;
+    expect_corrupt(&s, "bitmap bit disagrees");
+    fi->sl_bitmap[rest->fl] ^= 1u << rest->sl;
+    scene_close(&s);
+}
+
 static void test_detects_unknown_state(void)
 {
     struct scene s;
@@ -219,6 +248,8 @@ int main(void)
     RUN(test_detects_blocks_not_reaching_segment_end);
     RUN(test_detects_unmerged_free_neighbours);
     RUN(test_detects_free_block_missing_from_index);
+    RUN(test_detects_stray_block_in_index);
+    RUN(test_detects_free_index_bitmap_out_of_step);
     RUN(test_detects_unknown_state);
     RUN(test_detects_active_block_missing_from_pointer_map);
     RUN(test_detects_block_with_wrong_map_slot);

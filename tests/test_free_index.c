@@ -35,6 +35,12 @@ static void index_open(struct index *x)
 
 static void index_close(struct index *x) { free(x->end); }
 
+static bool index_is_empty(const struct index *x)
+{
+    bool bitmaps_agree;
+    return free_index_count(&x->fi, 0, &bitmaps_agree) == 0 && bitmaps_agree && x->fi.fl_bitmap == 0;
+}
+
 /* The class a size is filed under, as free_index_insert writes it into the block. One index and one
  * block serve every call (a million of them). */
 static struct index probe;
@@ -94,6 +100,17 @@ static void test_classes_rise_with_size_and_are_narrow(void)
     CHECK(bad_width == 0);
 }
 
+/* The largest size there can be is filed in the last first level: the table has exactly the levels a
+ * size_t needs, and class_of has no bound check to fall back on. */
+static void test_the_largest_size_fits_the_table(void)
+{
+    unsigned fl, sl;
+    class_of_size(SIZE_MAX / TIDE_UNIT * TIDE_UNIT, &fl, &sl);
+    CHECK(fl == FI_FL_COUNT - 1 && sl == FI_SL_COUNT - 1);
+    class_of_size((size_t)1 << 63, &fl, &sl);
+    CHECK(fl == FI_FL_COUNT - 1 && sl == 0);
+}
+
 static void test_a_lone_block_serves_every_size_up_to_its_own(void)
 {
     unsigned missed = 0, too_small = 0;
@@ -109,7 +126,7 @@ static void test_a_lone_block_serves_every_size_up_to_its_own(void)
         missed += free_index_find(&x.fi, size, SIZE_MAX) != b;
         too_small += free_index_find(&x.fi, size + TIDE_UNIT, SIZE_MAX) != NULL;
         free_index_remove(&x.fi, b);
-        CHECK(x.fi.count == 0 && x.fi.fl_bitmap == 0);
+        CHECK(index_is_empty(&x));
         free(b);
         index_close(&x);
     }
@@ -139,7 +156,7 @@ static void test_search_takes_the_lowest_class_that_serves(void)
         free_index_remove(&x.fi, blocks[i]);
         free(blocks[i]);
     }
-    CHECK(x.fi.count == 0 && x.fi.fl_bitmap == 0);
+    CHECK(index_is_empty(&x));
     index_close(&x);
 }
 
@@ -147,6 +164,7 @@ int main(void)
 {
     RUN(test_small_sizes_are_their_own_class);
     RUN(test_classes_rise_with_size_and_are_narrow);
+    RUN(test_the_largest_size_fits_the_table);
     RUN(test_a_lone_block_serves_every_size_up_to_its_own);
     RUN(test_search_takes_the_lowest_class_that_serves);
     free(probe_block);
