@@ -289,6 +289,81 @@ static void test_refused_undo_keeps_pages(void)
     fixture_close(&f);
 }
 
+/* A backend whose map is refused with a device error (not out of memory) at chosen calls: the CUDA
+ * backend's answer to, say, CUDA_ERROR_INVALID_VALUE from cuMemMap. The simulated device's own injected
+ * map faults say out of memory. */
+static struct {
+    tide_backend inner;
+    uint32_t skip, count;
+} device_error_map;
+
+static tide_status map_with_device_error(void *ctx, uintptr_t addr, size_t size)
+{
+    if (device_error_map.skip)
+        device_error_map.skip--;
+    else if (device_error_map.count) {
+        device_error_map.count--;
+        tide_backend_error("test: the device refused the map (not for lack of memory)");
+        return TIDE_EDEVICE;
+    }
+    return device_error_map.inner.map(ctx, addr, size);
+}
+
+static void open_with_device_error_map(struct fixture *f)
+{
+    if (tide_sim_create(NULL, &f->sim) != TIDE_OK)
+        exit(2);
+    device_error_map.inner = tide_sim_backend(f->sim);
+    f->backend = device_error_map.inner;
+    f->backend.map = map_with_device_error;
+    device_error_map.skip = device_error_map.count = 0;
+    CHECK_OK(tide_create(&f->backend, CONF, &f->t));
+}
+
+/* A map refused for another reason than memory: tide_malloc fails at once with the device's status,
+ * its words and where the map was, and changes nothing (no retry: releasing memory cannot help).
+ * Should the undo of the pages mapped before it be refused too, the message gives both, and those
+ * pages are kept, counted, and given back later. */
+static void test_map_refused_by_the_device(void)
+{
+    struct fixture f;
+    open_with_device_error_map(&f);
+    void *keep, *p = (void *)1;
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &keep));
+    int64_t before = reserved_of(f.t);
+    uint64_t unmaps = counters(f.sim).calls[TIDE_SIM_UNMAP];
+    device_error_map.skip = 1; /* the second page of a growth by two (keep's page serves the first 2 MiB) */
+    device_error_map.count = 1;
+    CHECK_STATUS(tide_malloc(f.t, 5 * MIB + 1, 0, &p), TIDE_EDEVICE);
+    CHECK_MESSAGE("mapping 2.0 MiB of device memory at 0x");
+    CHECK_MESSAGE("the device refused the map");
+    CHECK(p == NULL);
+    CHECK(reserved_of(f.t) == before);
+    CHECK(counters(f.sim).calls[TIDE_SIM_UNMAP] > unmaps); /* the two mapped pages were undone */
+    CHECK(stats_of(f.t).num_alloc_retries == 0);
+    check_accounting(&f);
+
+    /* Now the undo is refused as well. */
+    device_error_map.skip = 1;
+    device_error_map.count = 1;
+    tide_sim_inject_fault(f.sim, TIDE_SIM_UNMAP, 0, UINT32_MAX);
+    CHECK_STATUS(tide_malloc(f.t, 5 * MIB + 1, 0, &p), TIDE_EDEVICE);
+    CHECK_MESSAGE("the device refused the map");
+    CHECK_MESSAGE("and unmapping the 2.0 MiB mapped before it was refused: sim: injected fault in unmap");
+    CHECK(reserved_of(f.t) == before + (int64_t)PAGE); /* kept, and counted */
+    check_accounting(&f);
+    tide_sim_inject_fault(f.sim, TIDE_SIM_UNMAP, 0, 0);
+    CHECK_OK(tide_malloc(f.t, 5 * MIB + 1, 0, &p)); /* the kept pages serve, with one more */
+    fill(p, 5 * MIB + 1, 0x5a);
+    CHECK(intact(p, 5 * MIB + 1, 0x5a));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_free(f.t, keep));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(reserved_of(f.t) == 0);
+    check_accounting(&f);
+    fixture_close(&f);
+}
+
 static void test_needs_virtual_memory(void)
 {
     tide_sim *sim;
@@ -482,6 +557,7 @@ int main(void)
     RUN(test_streams_never_share_a_page);
     RUN(test_faults_change_nothing);
     RUN(test_refused_undo_keeps_pages);
+    RUN(test_map_refused_by_the_device);
     RUN(test_needs_virtual_memory);
     RUN(test_destroy_gives_back);
     RUN(test_mark_outlives_empty_cache);
