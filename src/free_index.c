@@ -14,7 +14,10 @@
 
 #include <string.h>
 
-static inline unsigned msb64(uint64_t v) { return 63u - (unsigned)__builtin_clzll(v); }
+/* The top set bit's position. Written with ^ rather than 63 - clz: the same value for v != 0, but GCC
+ * then emits a bare bsr, where 63 - clz had it compute clz and subtract again at some call sites (8
+ * instructions per alloc+free pair of the same-size pattern, under callgrind). */
+static inline unsigned msb64(uint64_t v) { return 63u ^ (unsigned)__builtin_clzll(v); }
 
 static void class_of(size_t size, unsigned *fl, unsigned *sl)
 {
