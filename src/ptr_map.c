@@ -8,8 +8,8 @@
  * half, those exits were a tenth of all mispredicted branches of a replay; at a quarter, a sixth of
  * those of the random micro-benchmark; a sixteenth instead of an eighth made the small random pattern's
  * alloc+free pairs 3-5% faster on the H200: bench/results/2026-12-01-run17.md), 128 bytes of slots
- * per live block, and each mapped block
- * remembers its slot (map_slot, kept true as entries move), so that removing it needs no search.
+ * per live block, and each mapped block remembers its slot (map_slot, kept true as entries move), so
+ * that removing it needs no search.
  * (Markers left by removals instead of the backward shift were tried: rebuilding the table to clear
  * them cost more mispredictions than the shift.)
  */
