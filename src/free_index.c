@@ -164,15 +164,14 @@ bool free_index_would_find(const struct free_index *fi, size_t size, size_t over
     bool merged_acceptable = merged_size < oversize_min ||
                              (size >= oversize_min && merged_size - size < TIDE_OVERSIZE_SLACK);
 
-    /* The request's own class: the merged block would be its first. */
+    /* The request's own class: the merged block would be its first (and is larger than asked: the
+     * exact fit returned above). */
     size_t best = 0;
     bool best_is_merged = false;
     unsigned seen = 0;
     if (mfl == fl && msl == sl) {
         seen = 1;
         if (merged_acceptable) {
-            if (merged_size == size)
-                return true;
             best = merged_size;
             best_is_merged = true;
         }

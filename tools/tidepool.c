@@ -243,10 +243,15 @@ struct outputs {
 static int write_text(const char *path, const char *text, char *err, size_t errcap)
 {
     FILE *f = fopen(path, "w");
-    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+    if (!f) {
         snprintf(err, errcap, "cannot write %s: %s", path, strerror(errno));
-        if (f)
-            fclose(f);
+        return -1;
+    }
+    bool written = fputs(text, f) >= 0;
+    int saved = errno;
+    /* fclose is called once, whatever happened: a second call on a failed close is undefined. */
+    if (fclose(f) != 0 || !written) {
+        snprintf(err, errcap, "cannot write %s: %s", path, strerror(written ? errno : saved));
         return -1;
     }
     return 0;
