@@ -8,8 +8,10 @@
  * half, those exits were a tenth of all mispredicted branches of a replay; at a quarter, a sixth of
  * those of the random micro-benchmark; a sixteenth instead of an eighth made the small random pattern's
  * alloc+free pairs 3-5% faster on the H200: bench/results/2026-12-01-run17.md), 128 bytes of slots
- * per live block, and each mapped block remembers its slot (map_slot, kept true as entries move), so
- * that removing it needs no search.
+ * per live block. Past SPARSE_SLOTS slots (4096 live blocks) an eighth full: there the slots no longer
+ * fit a core's caches, and a sparser table would add cache misses and host memory (64 bytes per live
+ * block instead of 128) rather than save mispredictions. Each mapped block remembers its slot
+ * (map_slot, kept true as entries move), so that removing it needs no search.
  * (Markers left by removals instead of the backward shift were tried: rebuilding the table to clear
  * them cost more mispredictions than the shift.)
  */
@@ -47,9 +49,12 @@ static tide_status grow(struct ptr_map *m)
     return TIDE_OK;
 }
 
+#define SPARSE_SLOTS ((size_t)1 << 16)
+
 tide_status ptr_map_insert(struct ptr_map *m, struct block *b)
 {
-    if ((m->count + 1) * 16 > m->cap) {
+    size_t slots_per_block = m->cap < SPARSE_SLOTS ? 16 : 8;
+    if ((m->count + 1) * slots_per_block > m->cap) {
         tide_status s = grow(m);
         if (s != TIDE_OK)
             return s;
