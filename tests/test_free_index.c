@@ -160,6 +160,79 @@ static void test_search_takes_the_lowest_class_that_serves(void)
     index_close(&x);
 }
 
+/* Where the request's own class holds nothing, the search takes the most recently filed block of the
+ * lowest class above it that holds any (next_class picks that class without a branch on whether it is
+ * in the same first level; free_index.c). Checked against a plain scan over the classes, on random
+ * indexes with sizes from one unit to near the largest size_t, so that both of next_class's answers
+ * and its sentinels (no class above, the last first level) are met. */
+static uint64_t oracle_rng = 0x9E3779B97F4A7C15ull;
+static uint64_t oracle_random(void)
+{
+    uint64_t z = (oracle_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static size_t random_size(void)
+{
+    unsigned bits = (unsigned)(oracle_random() % 55); /* units of up to 2^55 - 1: any size_t */
+    uint64_t units = (oracle_random() & (((uint64_t)1 << bits) - 1)) | ((uint64_t)1 << bits);
+    units &= ((uint64_t)1 << 55) - 1;
+    return (size_t)(units ? units : 1) * TIDE_UNIT;
+}
+
+static void test_search_above_matches_a_plain_scan(void)
+{
+    enum { MAX_BLOCKS = 24, ROUNDS = 3000, ASKS = 20 };
+    unsigned wrong = 0, asked = 0, none_above = 0, same_level = 0, higher_level = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        struct index x;
+        index_open(&x);
+        struct block *blocks[MAX_BLOCKS];
+        unsigned fl_of[MAX_BLOCKS], sl_of[MAX_BLOCKS];
+        int n = 1 + (int)(oracle_random() % MAX_BLOCKS);
+        for (int i = 0; i < n; i++) {
+            blocks[i] = block_of(random_size());
+            free_index_insert(&x.fi, blocks[i]);
+            fl_of[i] = blocks[i]->fl;
+            sl_of[i] = blocks[i]->sl;
+        }
+        for (int k = 0; k < ASKS; k++) {
+            size_t size = random_size();
+            unsigned fl, sl;
+            class_of_size(size, &fl, &sl);
+            /* the plain scan: the lowest class above (fl, sl) holding a block, and its newest block */
+            int expect = -1, own_class_filled = 0;
+            for (int i = 0; i < n; i++) {
+                own_class_filled |= fl_of[i] == fl && sl_of[i] == sl;
+                bool above = fl_of[i] > fl || (fl_of[i] == fl && sl_of[i] > sl);
+                if (above && (expect < 0 || fl_of[i] < fl_of[expect] ||
+                              (fl_of[i] == fl_of[expect] && sl_of[i] <= sl_of[expect])))
+                    expect = i; /* later blocks are newer: the <= keeps the newest of a class */
+            }
+            if (own_class_filled)
+                continue;
+            asked++;
+            none_above += expect < 0;
+            if (expect >= 0) {
+                same_level += fl_of[expect] == fl;
+                higher_level += fl_of[expect] != fl;
+            }
+            wrong += free_index_find(&x.fi, size, SIZE_MAX) != (expect < 0 ? NULL : blocks[expect]);
+        }
+        for (int i = 0; i < n; i++) {
+            free_index_remove(&x.fi, blocks[i]);
+            free(blocks[i]);
+        }
+        CHECK(index_is_empty(&x));
+        index_close(&x);
+    }
+    CHECK(wrong == 0);
+    /* the cases met: each of next_class's answers, many times */
+    CHECK(asked > 10000 && none_above > 100 && same_level > 100 && higher_level > 100);
+}
+
 int main(void)
 {
     RUN(test_small_sizes_are_their_own_class);
@@ -167,6 +240,7 @@ int main(void)
     RUN(test_the_largest_size_fits_the_table);
     RUN(test_a_lone_block_serves_every_size_up_to_its_own);
     RUN(test_search_takes_the_lowest_class_that_serves);
+    RUN(test_search_above_matches_a_plain_scan);
     free(probe_block);
     index_close(&probe);
     return HARNESS_EXIT();
