@@ -1,0 +1,166 @@
+/*
+ * Host memory refused, one allocation at a time (SQLite's malloc test, for tidepool): a workload of
+ * allocations and frees on two streams, cross-stream uses, a history, snapshots, statistics and
+ * empty_cache runs once with nothing refused, counting the library's host allocations; then once for
+ * each N, with the Nth refused. Each run must survive:
+ *   - every call returns TIDE_OK or TIDE_EHOSTMEM (a call that could not get host memory says so);
+ *   - tide_check passes after every call (or itself reports TIDE_EHOSTMEM), and the device holds
+ *     exactly the bytes the statistics say are reserved: no page is mapped, nor memory reserved, that
+ *     the allocator does not account for;
+ *   - at the end everything is freed and given back, and tide_destroy leaves the device empty.
+ * Built against tidepool_host_faults, the library with host_faults.h forced in (tests/CMakeLists.txt).
+ * Both configurations: reserved segments, and expandable segments.
+ */
+#include "harness.h"
+#include "host_faults.h"
+
+#include <stdbool.h>
+
+#define LIVE 12
+#define STEPS 160
+
+struct run {
+    unsigned long refuse;     /* the host allocation to refuse, counted from the run's start; 0: none */
+    const char *conf;
+    const char *failed_at;    /* the first call that broke a promise, or NULL */
+    tide_status failed_with;
+    int step;
+};
+
+static bool acceptable(tide_status s) { return s == TIDE_OK || s == TIDE_EHOSTMEM; }
+
+/* The promises after a call: its status, the validator, and the device's bytes against the stats. */
+static void after(struct run *r, tide_sim *sim, tide_allocator *t, const char *call, tide_status s, int step)
+{
+    if (r->failed_at)
+        return;
+    tide_status checked = tide_check(t);
+    tide_stats st;
+    st.struct_size = sizeof st;
+    tide_status got = tide_get_stats(t, &st);
+    tide_sim_counters c;
+    tide_sim_get_counters(sim, &c);
+    const char *broken = !acceptable(s) ? call
+                         : !acceptable(checked) ? "tide_check"
+                         : got != TIDE_OK ? "tide_get_stats"
+                         : (int64_t)c.held_bytes != st.reserved_bytes[TIDE_POOL_ALL].current ? "device bytes != reserved"
+                         : NULL;
+    if (broken) {
+        r->failed_at = broken;
+        r->failed_with = !acceptable(s) ? s : checked;
+        r->step = step;
+    }
+}
+
+static void workload(struct run *r)
+{
+    tide_sim *sim;
+    tide_sim_options o = {sizeof o, 1ull << 36, 0, 0};
+    if (tide_sim_create(&o, &sim) != TIDE_OK)
+        return; /* the device itself could not be made: nothing to check */
+    tide_backend be = tide_sim_backend(sim);
+    tide_allocator *t = NULL;
+    tide_status s = tide_create(&be, r->conf, &t);
+    if (s != TIDE_OK) {
+        if (!acceptable(s) || t) {
+            r->failed_at = "tide_create";
+            r->failed_with = s;
+        }
+        tide_sim_destroy(sim);
+        return;
+    }
+    tide_stream other = 0;
+    if (tide_sim_stream_create(sim, &other) != TIDE_OK)
+        other = 0;
+    static const size_t sizes[] = {4096, 100 << 10, 1536 << 10, 3 << 20, 25 << 20, 700};
+    void *live[LIVE] = {0};
+    for (int step = 0; step < STEPS && !r->failed_at; step++) {
+        int k = step % LIVE;
+        if (live[k]) {
+            after(r, sim, t, "tide_free", s = tide_free(t, live[k]), step);
+            live[k] = NULL;
+        }
+        tide_stream stream = step % 3 == 2 ? other : 0;
+        s = tide_malloc(t, sizes[(step * 7) % 6], stream, &live[k]);
+        if (s != TIDE_OK)
+            live[k] = NULL;
+        after(r, sim, t, "tide_malloc", s, step);
+        if (live[k] && step % 5 == 1)
+            after(r, sim, t, "tide_record_stream", tide_record_stream(t, live[k], stream == 0 ? other : 0), step);
+        if (step == 16)
+            after(r, sim, t, "tide_history_start", tide_history_start(t, 64, 0), step);
+        if (step % 16 == 8) {
+            char *text = NULL;
+            after(r, sim, t, "tide_snapshot_json", tide_snapshot_json(t, &text), step);
+            tide_string_free(text);
+            text = NULL;
+            after(r, sim, t, "tide_history_json", tide_history_json(t, &text), step);
+            tide_string_free(text);
+        }
+        if (step == 40)
+            tide_history_stop(t);
+        if (step % 20 == 19)
+            after(r, sim, t, "tide_empty_cache", tide_empty_cache(t, NULL), step);
+    }
+    for (int k = 0; k < LIVE; k++)
+        if (live[k])
+            after(r, sim, t, "tide_free (the end)", tide_free(t, live[k]), STEPS);
+    tide_sim_synchronize(sim);
+    after(r, sim, t, "tide_empty_cache (the end)", tide_empty_cache(t, NULL), STEPS);
+    tide_stats st;
+    st.struct_size = sizeof st;
+    if (!r->failed_at && tide_get_stats(t, &st) == TIDE_OK && st.reserved_bytes[TIDE_POOL_ALL].current != 0) {
+        r->failed_at = "tide_empty_cache (the end): memory left reserved";
+        r->step = STEPS;
+    }
+    s = tide_destroy(t);
+    tide_sim_counters c;
+    tide_sim_get_counters(sim, &c);
+    if (!r->failed_at && (s != TIDE_OK || c.held_bytes != 0)) {
+        r->failed_at = s != TIDE_OK ? "tide_destroy" : "tide_destroy: the device still holds memory";
+        r->failed_with = s;
+        r->step = STEPS;
+    }
+    tide_sim_destroy(sim);
+}
+
+static void sweep(const char *conf)
+{
+    /* A first run makes what a process makes once (a thread's message buffer, keys); the second counts
+     * what every run makes. */
+    struct run warm = {0, conf, NULL, TIDE_OK, 0}, clean = warm;
+    workload(&warm);
+    unsigned long before = tide__host_faults_calls();
+    workload(&clean);
+    unsigned long calls = tide__host_faults_calls() - before;
+    CHECK(clean.failed_at == NULL);
+    CHECK(calls > 50); /* the workload does reach the library's allocations */
+    unsigned long survived = 0, refused_before = tide__host_faults_refused();
+    for (unsigned long n = 1; n <= calls; n++) {
+        struct run r = {n, conf, NULL, TIDE_OK, 0};
+        tide__host_faults_arm(n);
+        workload(&r);
+        tide__host_faults_arm(0);
+        if (r.failed_at) {
+            fprintf(stderr, "%s: host allocation %lu of %lu refused: %s broke at step %d (%s): %s\n",
+                    conf ? conf : "(default)", n, calls, r.failed_at, r.step, tide_status_name(r.failed_with),
+                    tide_last_error());
+            harness_failures++;
+        } else {
+            survived++;
+        }
+    }
+    CHECK(tide__host_faults_refused() - refused_before == calls); /* every one of them was refused once */
+    fprintf(stderr, "%s: %lu host allocations, each refused in a run of its own: %lu runs survived\n",
+            conf ? conf : "(default)", calls, survived);
+}
+
+static void test_reserved_segments(void) { sweep(NULL); }
+static void test_expandable_segments(void) { sweep("expandable_segments:True"); }
+
+int main(void)
+{
+    RUN(test_reserved_segments);
+    RUN(test_expandable_segments);
+    return HARNESS_EXIT();
+}
