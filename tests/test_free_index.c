@@ -166,18 +166,11 @@ static void test_search_takes_the_lowest_class_that_serves(void)
  * indexes with sizes from one unit to near the largest size_t, so that both of next_class's answers
  * and its sentinels (no class above, the last first level) are met. */
 static uint64_t oracle_rng = 0x9E3779B97F4A7C15ull;
-static uint64_t oracle_random(void)
-{
-    uint64_t z = (oracle_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 static size_t random_size(void)
 {
-    unsigned bits = (unsigned)(oracle_random() % 55); /* units of up to 2^55 - 1: any size_t */
-    uint64_t units = (oracle_random() & (((uint64_t)1 << bits) - 1)) | ((uint64_t)1 << bits);
+    unsigned bits = (unsigned)(rng_next(&oracle_rng) % 55); /* units of up to 2^55 - 1: any size_t */
+    uint64_t units = (rng_next(&oracle_rng) & (((uint64_t)1 << bits) - 1)) | ((uint64_t)1 << bits);
     units &= ((uint64_t)1 << 55) - 1;
     return (size_t)(units ? units : 1) * TIDE_UNIT;
 }
@@ -191,7 +184,7 @@ static void test_search_above_matches_a_plain_scan(void)
         index_open(&x);
         struct block *blocks[MAX_BLOCKS];
         unsigned fl_of[MAX_BLOCKS], sl_of[MAX_BLOCKS];
-        int n = 1 + (int)(oracle_random() % MAX_BLOCKS);
+        int n = 1 + (int)(rng_next(&oracle_rng) % MAX_BLOCKS);
         for (int i = 0; i < n; i++) {
             blocks[i] = block_of(random_size());
             free_index_insert(&x.fi, blocks[i]);

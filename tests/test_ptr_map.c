@@ -14,13 +14,6 @@
 #define BLOCKS 20000
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
-static uint64_t next_random(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 /* Whether every mapped block sits in the slot it remembers, and the count is right. */
 static bool slots_true(const struct ptr_map *m)
@@ -71,7 +64,7 @@ static void test_insert_find_remove(void)
     for (size_t i = 0; i < BLOCKS / 2; i++)
         order[i] = 2 * i;
     for (size_t i = BLOCKS / 2 - 1; i > 0; i--) {
-        size_t j = next_random() % (i + 1), x = order[i];
+        size_t j = rng_next(&rng_state) % (i + 1), x = order[i];
         order[i] = order[j];
         order[j] = x;
     }
