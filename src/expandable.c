@@ -166,12 +166,13 @@ static tide_status map_units(tide_allocator *t, struct arena *a, uintptr_t addr,
     size_t undone = 0;
     if (!done)
         return s;
-    char why[512]; /* a refused unmap would overwrite the words of the map that failed */
-    snprintf(why, sizeof why, "%s", tide_last_error());
+    char why[512] = ""; /* a refused unmap would overwrite the words of the map that failed */
+    if (s != TIDE_ENOMEM) /* (an out-of-memory failure gets its report from the ladder) */
+        snprintf(why, sizeof why, "%s", tide_last_error());
     if (unmap_units(t, a, addr, done, &undone) != TIDE_OK) {
         *stranded_at = addr + undone;
         *stranded = done - undone;
-        if (s != TIDE_ENOMEM) { /* (an out-of-memory failure gets its report from the ladder) */
+        if (s != TIDE_ENOMEM) {
             char sz[32], refused[512];
             snprintf(refused, sizeof refused, "%s", tide_last_error());
             tide__fail(s, "%s (and unmapping the %s mapped before it was refused: %s)", why,
