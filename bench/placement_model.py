@@ -145,7 +145,7 @@ def choose(rule, space, units, stream, last_freed):
 
 def replay(ops, place, freed=None):
     """(peak pages touched, the operation (from 0) that first touched that many, peak live bytes), each
-    block put where place(space, id, units, stream) says; freed(stream, units, addr) is told of each
+    block put where place(space, id, units, stream) says; freed(stream, units, addr, id) is told of each
     free."""
     space, where = Space(), {}
     live = peak_live = peak_pages = peak_at = 0
@@ -154,7 +154,7 @@ def replay(ops, place, freed=None):
             addr, units, size, stream = where.pop(ident)
             space.remove(addr, units)
             if freed:
-                freed(stream, units, addr)
+                freed(stream, units, addr, ident)
             live -= size
             continue
         addr = place(space, ident, units, stream)
@@ -174,7 +174,7 @@ def online(rule, ops):
     def place(space, ident, units, stream):
         return choose(rule, space, units, stream, last_freed)
 
-    def freed(stream, units, addr):
+    def freed(stream, units, addr, ident):
         last_freed[(stream, units)] = addr
 
     return replay(ops, place, freed)

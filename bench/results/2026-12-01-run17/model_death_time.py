@@ -9,48 +9,44 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import placement_model as pm
 
 def run(ops, mode):
-    learned = {}
-    born = {}
-    death = {}   # (start) -> predicted death time of the live block starting there
-    space, where = pm.Space(), {}
-    live = peak_live = peak_pages = peak_at = 0
-    for i, (op, ident, units, size, stream) in enumerate(ops):
-        if op == "f":
-            addr, units, size, stream = where.pop(ident)
-            space.remove(addr, units)
-            learned[(stream, units)] = i - born[ident]
-            death.pop(addr, None)
-            live -= size
-            continue
+    """pm.replay with each block placed next to the live block whose predicted end is nearest its own
+    (the last lifetime seen for its size), the keys ordered by mode."""
+    learned, born = {}, {}
+    death = {}    # start address -> predicted end of the live block there
+    clock = [0]   # operations so far: each one is a place or a freed call
+
+    def place(space, ident, units, stream):
+        i = clock[0]
+        clock[0] += 1
         born[ident] = i
-        life = learned.get((stream, units), 10**9)
-        d = i + life
+        d = i + learned.get((stream, units), 10**9)
+
         def neighbour_gap(a):
             k = bisect.bisect_left(space.blocks, (a, a))
             best = 10**12
             if k > 0:
-                s, e = space.blocks[k-1]
-                best = min(best, abs(death.get(s, 10**9) - d) + (a - e) * 0)
+                best = min(best, abs(death.get(space.blocks[k - 1][0], 10**9) - d))
             if k < len(space.blocks):
-                s, e = space.blocks[k]
-                best = min(best, abs(death.get(s, 10**9) - d))
+                best = min(best, abs(death.get(space.blocks[k][0], 10**9) - d))
             return best
-        cands = list(space.gaps(units, stream))
+
         if mode == 0:
             key = lambda c: (space.new_pages(c[1], units), neighbour_gap(c[1]), c[0], c[1])
         elif mode == 1:
             key = lambda c: (space.new_pages(c[1], units), c[0], neighbour_gap(c[1]), c[1])
         else:
             key = lambda c: (neighbour_gap(c[1]) > 50, space.new_pages(c[1], units), c[0], c[1])
-        addr = min(cands, key=key)[1]
-        space.place(addr, units)
+        addr = min(space.gaps(units, stream), key=key)[1]
         death[addr] = d
-        where[ident] = (addr, units, size, stream)
-        live += size
-        peak_live = max(peak_live, live)
-        if len(space.touched) > peak_pages:
-            peak_pages, peak_at = len(space.touched), i
-    return peak_pages, peak_at, peak_live
+        return addr
+
+    def freed(stream, units, addr, ident):
+        learned[(stream, units)] = clock[0] - born[ident]
+        death.pop(addr, None)
+        clock[0] += 1
+
+    return pm.replay(ops, place, freed)
+
 
 ops = pm.read_trace(sys.argv[1])
 for mode in (0, 1, 2):

@@ -8,33 +8,25 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import placement_model as pm
 
 def lifetime_rule(ops, L, short_rule="fewest_pages_high", long_rule="fewest_pages_best"):
-    learned = {}   # (stream, units) -> last lifetime
+    """pm.replay with blocks whose size last lived at most L operations placed by short_rule, the
+    others (and sizes not seen freed yet) by long_rule."""
+    learned = {}  # (stream, units) -> the last lifetime seen, in operations
     born = {}
-    t = [0]
+    clock = [0]   # operations so far: each one is a place or a freed call
+
     def place(space, ident, units, stream):
-        born[ident] = t[0]
+        born[ident] = clock[0]
+        clock[0] += 1
         life = learned.get((stream, units))
         rule = short_rule if (life is not None and life <= L) else long_rule
         return pm.choose(rule, space, units, stream, {})
-    # need lifetimes at free: wrap replay manually
-    space, where = pm.Space(), {}
-    live = peak_live = peak_pages = peak_at = 0
-    for i, (op, ident, units, size, stream) in enumerate(ops):
-        t[0] = i
-        if op == "f":
-            addr, units, size, stream = where.pop(ident)
-            space.remove(addr, units)
-            learned[(stream, units)] = i - born[ident]
-            live -= size
-            continue
-        addr = place(space, ident, units, stream)
-        space.place(addr, units)
-        where[ident] = (addr, units, size, stream)
-        live += size
-        peak_live = max(peak_live, live)
-        if len(space.touched) > peak_pages:
-            peak_pages, peak_at = len(space.touched), i
-    return peak_pages, peak_at, peak_live
+
+    def freed(stream, units, addr, ident):
+        learned[(stream, units)] = clock[0] - born[ident]
+        clock[0] += 1
+
+    return pm.replay(ops, place, freed)
+
 
 ops = pm.read_trace(sys.argv[1])
 for L in (5, 10, 20, 40, 80):
