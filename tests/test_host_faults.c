@@ -158,12 +158,18 @@ static void sweep(const char *conf)
     unsigned long calls = tide__host_faults_calls() - before;
     CHECK(clean.failed_at == NULL);
     CHECK(calls > 50); /* the workload does reach the library's allocations */
-    unsigned long survived = 0, refused_before = tide__host_faults_refused();
+    unsigned long survived = 0, unreached = 0;
     for (unsigned long n = 1; n <= calls; n++) {
         struct run r = {n, conf, NULL, TIDE_OK, 0};
+        unsigned long refused_before = tide__host_faults_refused();
         tide__host_faults_arm(n);
         workload(&r);
         tide__host_faults_arm(0);
+        if (tide__host_faults_refused() == refused_before) {
+            unreached++; /* this run made fewer host allocations than the counting run */
+            fprintf(stderr, "%s: host allocation %lu of %lu never made in its run\n", conf ? conf : "(default)", n,
+                    calls);
+        }
         if (r.failed_at) {
             fprintf(stderr, "%s: host allocation %lu of %lu refused: %s broke at step %d (%s): %s\n",
                     conf ? conf : "(default)", n, calls, r.failed_at, r.step, tide_status_name(r.failed_with),
@@ -173,9 +179,13 @@ static void sweep(const char *conf)
             survived++;
         }
     }
-    CHECK(tide__host_faults_refused() - refused_before == calls); /* every one of them was refused once */
-    fprintf(stderr, "%s: %lu host allocations, each refused in a run of its own: %lu runs survived\n",
-            conf ? conf : "(default)", calls, survived);
+    /* Every allocation was refused in its run, but for one at most: the segment map makes a table for
+     * each 32 GiB of device addresses it meets, so a run whose memory the kernel places across such a
+     * boundary makes one allocation more than the others. (The simulator's same_addresses would make
+     * that the same in every run, but valgrind runs this test three times slower with it.) */
+    CHECK(unreached <= 1);
+    fprintf(stderr, "%s: %lu host allocations, %lu of them refused, each in a run of its own: %lu runs survived\n",
+            conf ? conf : "(default)", calls, calls - unreached, survived);
 }
 
 static void test_reserved_segments(void) { sweep(NULL); }
