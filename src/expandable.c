@@ -315,66 +315,90 @@ static bool plan_growth(struct heap *h, enum pool_kind pool, size_t rounded, siz
     return found;
 }
 
-/* Under h->lock, after the pages are mapped: they join the runs they touch (or form a new one).
- * Returns the run that holds them. */
-static tide_status join_pages(tide_allocator *t, struct heap *h, struct placement *p,
-                              struct segment **out)
+/* What joining pages to the runs (join_pages) takes from the host, got before the pages are mapped.
+ * Once the device has mapped them they must join a run: the unmap that would undo them can be refused
+ * too, and pages mapped in no run would be counted nowhere, and mapped over by a later plan. */
+struct join_needs {
+    struct segment *run;    /* for a new run */
+    struct block *block;    /* a new run's FREE block, or the FREE block a run grows by */
+};
+
+/* Under the pressure lock: the segment map's tables for p's pages, a segment struct and a block. */
+static tide_status join_needs_get(tide_allocator *t, struct heap *h, const struct placement *p,
+                                  struct join_needs *n)
+{
+    *n = (struct join_needs){NULL, NULL};
+    tide_status s = segment_map_prepare(&t->segmap, p->addr, p->addr + p->need);
+    if (s != TIDE_OK)
+        return s;
+    if (!(n->run = segment_struct(t)))
+        return tide__fail(TIDE_EHOSTMEM, "out of host memory for a segment");
+    heap_lock(h);
+    n->block = block_new(h);
+    heap_unlock(h);
+    if (!n->block) {
+        segment_struct_recycle(t, n->run);
+        n->run = NULL;
+        return tide__fail(TIDE_EHOSTMEM, "out of host memory for a block");
+    }
+    return TIDE_OK;
+}
+
+/* Under the pressure lock and h->lock: what join_pages did not use goes back. */
+static void join_needs_put(tide_allocator *t, struct heap *h, struct join_needs *n)
+{
+    if (n->run)
+        segment_struct_recycle(t, n->run);
+    if (n->block)
+        block_recycle(h, n->block);
+    *n = (struct join_needs){NULL, NULL};
+}
+
+/* Under h->lock, after the pages are mapped: they join the runs they touch (or form a new one), taking
+ * what they need from n, which cannot fail. Returns the run that holds them. */
+static struct segment *join_pages(tide_allocator *t, struct heap *h, const struct placement *p,
+                                  struct join_needs *n)
 {
     struct segment *run = p->left;
-    tide_status s;
     if (run) {
-        if ((s = segment_map_cover(&t->segmap, run, run->base + run->size + p->need)) != TIDE_OK)
-            return s;
-        if ((s = heap_extend_run(h, run, p->need)) != TIDE_OK) {
-            segment_map_shrink(&t->segmap, run, run->base + run->size);
-            return s;
-        }
+        segment_map_enter(&t->segmap, run, run->base + run->size + p->need);
+        heap_extend_run(h, run, p->need, &n->block);
     } else {
-        if (!(run = segment_struct(t)))
-            return tide__fail(TIDE_EHOSTMEM, "out of host memory for a segment");
+        run = n->run;
+        n->run = NULL;
         run->base = p->addr;
         run->size = p->need;
         run->pool = p->arena->pool;
         atomic_store_explicit(&run->heap, h, memory_order_release);
-        if ((s = segment_map_add(&t->segmap, run)) != TIDE_OK) {
-            segment_struct_recycle(t, run);
-            return s;
-        }
-        if (!heap_adopt_segment(h, run, 0, 0, &s)) {
-            segment_map_remove(&t->segmap, run);
-            segment_struct_recycle(t, run);
-            return s;
-        }
+        segment_map_enter(&t->segmap, run, run->base + run->size);
+        heap_adopt_free(h, run, n->block);
+        n->block = NULL;
         run_insert(p->arena, run);
     }
-    /* A run that now reaches the next one takes it in (a block may then span both). */
+    /* A run that now reaches the next one takes it in (a block may then span both; the map's tables
+     * for the next run's granules are there since it was entered). */
     struct segment *next = run->run_next;
-    if (next && run->base + run->size == next->base &&
-        segment_map_cover(&t->segmap, run, next->base + next->size) == TIDE_OK) {
+    if (next && run->base + run->size == next->base) {
+        segment_map_enter(&t->segmap, run, next->base + next->size);
         heap_merge_runs(h, run, next);
         run_remove(next);
         segment_map_remove(&t->segmap, next);
         next->arena = NULL;
         segment_struct_recycle(t, next);
     }
-    *out = run;
-    return TIDE_OK;
+    return run;
 }
 
 /* Under the pressure lock: pages that a failed map left mapped (map_units) join the runs as FREE
  * memory, reserved like any other, so that no later plan maps over them and a trim or empty_cache can
- * unmap them. They extend the planned run where they start at its end. Without host memory for the
- * run they stay mapped and counted nowhere. */
+ * unmap them. They extend the planned run where they start at its end. */
 static void keep_stranded_pages(tide_allocator *t, struct heap *h, const struct placement *p, uintptr_t addr,
-                                size_t size)
+                                size_t size, struct join_needs *n)
 {
     struct placement kept = {p->arena, addr == p->addr ? p->left : NULL, addr, size, addr, addr + size};
-    struct segment *run;
     heap_lock(h);
-    tide_status s = join_pages(t, h, &kept, &run);
+    (void)join_pages(t, h, &kept, n);
     heap_unlock(h);
-    if (s != TIDE_OK)
-        return;
     note_reserved(t, size);
     HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, h->stream, addr, size);
 }
@@ -426,41 +450,41 @@ tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind po
             continue; /* runs may have split (even where an unmap then failed): plan again */
         if (p.need > t->limit || t->reserved > t->limit - p.need)
             return TIDE_ENOMEM;
+        struct join_needs needs = {NULL, NULL};
         if (p.need) {
+            tide_status s = join_needs_get(t, h, &p, &needs);
+            if (s != TIDE_OK)
+                return s;
             /* At or below the mark the memory was needed before, and is mapped again in units of
              * TIDE_MAP_UNIT_PAGES (see Units above); past it, page by page, so that a trim can give
              * back any of them. */
             bool paired = t->reserved + p.need <= t->high_water;
             uintptr_t stranded_at = 0;
             size_t stranded = 0;
-            tide_status s = map_units(t, p.arena, p.addr, p.need, paired, &stranded_at, &stranded);
+            s = map_units(t, p.arena, p.addr, p.need, paired, &stranded_at, &stranded);
             if (stranded)
-                keep_stranded_pages(t, h, &p, stranded_at, stranded);
-            if (s != TIDE_OK)
+                keep_stranded_pages(t, h, &p, stranded_at, stranded, &needs);
+            if (s != TIDE_OK) {
+                heap_lock(h);
+                join_needs_put(t, h, &needs);
+                heap_unlock(h);
                 return s;
+            }
             note_reserved(t, p.need);
             HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, h->stream, p.addr, p.need);
         }
         heap_lock(h);
-        struct segment *run = NULL;
-        tide_status s = p.need ? join_pages(t, h, &p, &run) : TIDE_OK;
+        struct segment *run = p.need ? join_pages(t, h, &p, &needs) : p.left;
+        join_needs_put(t, h, &needs);
+        /* The FREE block the plan counted on, unless this stream's fast path took part of it. */
+        tide_status s = TIDE_OK;
         struct block *b = NULL;
-        if (s == TIDE_OK) {
-            /* The FREE block the plan counted on, unless this stream's fast path took part of it. */
-            struct block *at = segment_block_at(run ? run : p.left, p.need ? p.addr : p.keep_lo);
-            if (at && at->state == BLOCK_FREE && at->size >= rounded)
-                b = heap_take_block(h, at, rounded, requested, &s);
-            else
-                b = heap_take_fit(h, pool, rounded, requested, &s);
-        }
+        struct block *at = segment_block_at(run, p.need ? p.addr : p.keep_lo);
+        if (at && at->state == BLOCK_FREE && at->size >= rounded)
+            b = heap_take_block(h, at, rounded, requested, &s);
+        else
+            b = heap_take_fit(h, pool, rounded, requested, &s);
         heap_unlock(h);
-        if (s != TIDE_OK && p.need && !run) {
-            /* The pages never joined a run: give them back (what a refusal keeps stays counted). */
-            size_t unmapped = 0;
-            (void)unmap_units(t, p.arena, p.addr, p.need, &unmapped);
-            if (unmapped)
-                note_released(t, unmapped, RELEASE_ASKED, NULL);
-        }
         if (b) {
             *out = b;
             return TIDE_OK;

@@ -294,6 +294,14 @@ struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rou
         *status = tide__fail(TIDE_EHOSTMEM, "out of host memory for a block");
         return NULL;
     }
+    heap_adopt_free(h, seg, b);
+    if (rounded == 0)
+        return b;
+    return heap_take_block(h, b, rounded, requested, status);
+}
+
+void heap_adopt_free(struct heap *h, struct segment *seg, struct block *b)
+{
     b->seg = seg;
     b->addr = seg->base;
     b->size = seg->size;
@@ -306,9 +314,6 @@ struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rou
     stats_segment_added(&h->stats, seg->pool, (int64_t)seg->size);
     free_index_insert(heap_free_index(h, seg->pool), b);
     idle_append(h, seg);
-    if (rounded == 0)
-        return b;
-    return heap_take_block(h, b, rounded, requested, status);
 }
 
 /* heap_make_free, with the time the segment goes idle at (if it does) given or read now. */
@@ -507,12 +512,14 @@ static void run_refresh_idle(struct heap *h, struct segment *seg)
         idle_unlink(h, seg);
 }
 
-tide_status heap_extend_run(struct heap *h, struct segment *seg, size_t extra)
+void heap_extend_run(struct heap *h, struct segment *seg, size_t extra, struct block **spare)
 {
     struct block *tail = segment_last_block(seg);
     struct block *added = NULL;
-    if (tail->state != BLOCK_FREE && !(added = block_new(h)))
-        return tide__fail(TIDE_EHOSTMEM, "out of host memory for a block");
+    if (tail->state != BLOCK_FREE) {
+        added = *spare;
+        *spare = NULL;
+    }
     struct free_index *fi = heap_free_index(h, seg->pool);
     run_stats(h, seg, false);
     if (added) {
@@ -531,7 +538,6 @@ tide_status heap_extend_run(struct heap *h, struct segment *seg, size_t extra)
     seg->size += extra;
     run_stats(h, seg, true);
     run_refresh_idle(h, seg);
-    return TIDE_OK;
 }
 
 void heap_merge_runs(struct heap *h, struct segment *lo, struct segment *hi)

@@ -232,6 +232,11 @@ void segment_map_remove(struct segment_map *sm, struct segment *seg);
  * granules); or no longer past new_end (it shrank; a granule another segment took over is left to it).
  * Both keep every address that stays in seg findable throughout. */
 tide_status segment_map_cover(struct segment_map *sm, struct segment *seg, uintptr_t end);
+/* segment_map_cover in two steps, for a caller that must not fail once it has begun: the tables for
+ * [lo, hi) made (the only step that can fail, for host memory; tables stay until the map is freed), then
+ * seg entered up to end, every granule of [seg->base, end) having its table by then. */
+tide_status segment_map_prepare(struct segment_map *sm, uintptr_t lo, uintptr_t hi);
+void segment_map_enter(struct segment_map *sm, struct segment *seg, uintptr_t end);
 void segment_map_shrink(struct segment_map *sm, struct segment *seg, uintptr_t new_end);
 /* Any thread, no lock. The answer is a hint: confirm it under the owning heap's lock. */
 struct segment *segment_map_find(const struct segment_map *sm, uintptr_t addr);
@@ -490,6 +495,8 @@ struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded,
  * it (if rounded > 0). */
 struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rounded, size_t requested,
                                  tide_status *status);
+/* Under h->lock: seg joins the heap as one FREE block, b (a struct from block_new). */
+void heap_adopt_free(struct heap *h, struct segment *seg, struct block *b);
 /* h's free index for pool, as an opaque pointer (see BOTH): computed once, then each of its fields is
  * one fixed offset away, where GCC would otherwise multiply the pool index again for each. */
 static inline struct free_index *heap_free_index(struct heap *h, enum pool_kind pool)
@@ -535,8 +542,9 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
                               tide_status *status);
 /* Runs of mapped pages (expandable segments), under h->lock and the pressure lock. */
 struct block *segment_last_block(const struct segment *seg);
-/* seg grows by extra bytes at its end (just mapped): its FREE tail grows, or a FREE block is added. */
-tide_status heap_extend_run(struct heap *h, struct segment *seg, size_t extra);
+/* seg grows by extra bytes at its end (just mapped): its FREE tail grows, or *spare (then set to NULL)
+ * becomes a FREE block there. */
+void heap_extend_run(struct heap *h, struct segment *seg, size_t extra, struct block **spare);
 /* lo and hi (which starts where lo ends) become one run, lo; hi is left empty, off every list. */
 void heap_merge_runs(struct heap *h, struct segment *lo, struct segment *hi);
 /* Takes the pages [lo, hi) out of the FREE block b, which spans them, into `carved` (off every list,

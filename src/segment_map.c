@@ -83,12 +83,26 @@ tide_status segment_map_add(struct segment_map *sm, struct segment *seg)
 
 tide_status segment_map_cover(struct segment_map *sm, struct segment *seg, uintptr_t end)
 {
-    uint64_t first = seg->base >> TIDE_SEGMENT_GRANULE_SHIFT;
-    uint64_t last = (end - 1) >> TIDE_SEGMENT_GRANULE_SHIFT;
-    /* Create every table first, so that a failure leaves nothing half-entered. */
-    for (uint64_t g = first; g <= last; g++)
+    /* Every table first, so that a failure leaves nothing half-entered. */
+    tide_status s = segment_map_prepare(sm, seg->base, end);
+    if (s == TIDE_OK)
+        segment_map_enter(sm, seg, end);
+    return s;
+}
+
+tide_status segment_map_prepare(struct segment_map *sm, uintptr_t lo, uintptr_t hi)
+{
+    uint64_t last = (hi - 1) >> TIDE_SEGMENT_GRANULE_SHIFT;
+    for (uint64_t g = lo >> TIDE_SEGMENT_GRANULE_SHIFT; g <= last; g++)
         if (!granule_at(sm, g, true))
             return tide__fail(TIDE_EHOSTMEM, "out of host memory for the segment map");
+    return TIDE_OK;
+}
+
+void segment_map_enter(struct segment_map *sm, struct segment *seg, uintptr_t end)
+{
+    uint64_t first = seg->base >> TIDE_SEGMENT_GRANULE_SHIFT;
+    uint64_t last = (end - 1) >> TIDE_SEGMENT_GRANULE_SHIFT;
     /* The range first, then the granules: a reader that finds seg in a granule sees a range that
      * holds it. */
     atomic_store_explicit(&seg->map_base, seg->base, memory_order_release);
@@ -101,7 +115,6 @@ tide_status segment_map_cover(struct segment_map *sm, struct segment *seg, uintp
         else
             atomic_store_explicit(&e->starts_inside, seg, memory_order_release);
     }
-    return TIDE_OK;
 }
 
 /* Granules first..last stop naming seg, where they still do (another segment may have taken one over). */

@@ -10,7 +10,8 @@
  *     the allocator does not account for;
  *   - at the end everything is freed and given back, and tide_destroy leaves the device empty.
  * Built against tidepool_host_faults, the library with host_faults.h forced in (tests/CMakeLists.txt).
- * Both configurations: reserved segments, and expandable segments.
+ * Reserved segments and expandable segments, each also under a limit; and expandable segments where
+ * the first growth's map is refused partway and the undo of its mapped pages refused too.
  */
 #include "harness.h"
 #include "host_faults.h"
@@ -23,6 +24,7 @@
 struct run {
     unsigned long refuse;     /* the host allocation to refuse, counted from the run's start; 0: none */
     const char *conf;
+    bool strand;              /* the first growth's map refused partway, and its undo too (expandable) */
     const char *failed_at;    /* the first call that broke a promise, or NULL */
     tide_status failed_with;
     int step;
@@ -82,6 +84,17 @@ static void workload(struct run *r)
         if (tide_sim_stream_create(sim, &streams[i]) != TIDE_OK)
             streams[i] = 0;
     tide_stream other = streams[1];
+    void *stranding = NULL;
+    if (r->strand) { /* three pages, mapped one by one: the third refused, and the undo of the first two */
+        tide_sim_inject_fault(sim, TIDE_SIM_MAP, 2, 1);
+        tide_sim_inject_fault(sim, TIDE_SIM_UNMAP, 0, UINT32_MAX);
+        s = tide_malloc(t, (5u << 20) + 1, 0, &stranding);
+        tide_sim_inject_fault(sim, TIDE_SIM_MAP, 0, 0);
+        tide_sim_inject_fault(sim, TIDE_SIM_UNMAP, 0, 0);
+        after(r, sim, t, "tide_malloc (stranding pages)", s, -1);
+        if (s == TIDE_OK)
+            after(r, sim, t, "tide_free (stranding pages)", tide_free(t, stranding), -1);
+    }
     static const size_t sizes[] = {4096, 100 << 10, 1536 << 10, 3 << 20, 25 << 20, 700};
     void *live[LIVE] = {0};
     for (int step = 0; step < STEPS && !r->failed_at; step++) {
@@ -147,11 +160,12 @@ static void workload(struct run *r)
     tide_sim_destroy(sim);
 }
 
-static void sweep(const char *conf)
+static void sweep(const char *conf, bool strand)
 {
+    const char *name = strand ? "expandable_segments:True, pages stranded" : conf ? conf : "(default)";
     /* A first run makes what a process makes once (a thread's message buffer, keys); the second counts
      * what every run makes. */
-    struct run warm = {0, conf, NULL, TIDE_OK, 0}, clean = warm;
+    struct run warm = {0, conf, strand, NULL, TIDE_OK, 0}, clean = warm;
     workload(&warm);
     unsigned long before = tide__host_faults_calls();
     workload(&clean);
@@ -160,19 +174,19 @@ static void sweep(const char *conf)
     CHECK(calls > 50); /* the workload does reach the library's allocations */
     unsigned long survived = 0, unreached = 0;
     for (unsigned long n = 1; n <= calls; n++) {
-        struct run r = {n, conf, NULL, TIDE_OK, 0};
+        struct run r = {n, conf, strand, NULL, TIDE_OK, 0};
         unsigned long refused_before = tide__host_faults_refused();
         tide__host_faults_arm(n);
         workload(&r);
         tide__host_faults_arm(0);
         if (tide__host_faults_refused() == refused_before) {
             unreached++; /* this run made fewer host allocations than the counting run */
-            fprintf(stderr, "%s: host allocation %lu of %lu never made in its run\n", conf ? conf : "(default)", n,
+            fprintf(stderr, "%s: host allocation %lu of %lu never made in its run\n", name, n,
                     calls);
         }
         if (r.failed_at) {
             fprintf(stderr, "%s: host allocation %lu of %lu refused: %s broke at step %d (%s): %s\n",
-                    conf ? conf : "(default)", n, calls, r.failed_at, r.step, tide_status_name(r.failed_with),
+                    name, n, calls, r.failed_at, r.step, tide_status_name(r.failed_with),
                     tide_last_error());
             harness_failures++;
         } else {
@@ -185,14 +199,18 @@ static void sweep(const char *conf)
      * that the same in every run, but valgrind runs this test three times slower with it.) */
     CHECK(unreached <= 1);
     fprintf(stderr, "%s: %lu host allocations, %lu of them refused, each in a run of its own: %lu runs survived\n",
-            conf ? conf : "(default)", calls, calls - unreached, survived);
+            name, calls, calls - unreached, survived);
 }
 
-static void test_reserved_segments(void) { sweep(NULL); }
-static void test_expandable_segments(void) { sweep("expandable_segments:True"); }
+static void test_reserved_segments(void) { sweep(NULL, false); }
+static void test_expandable_segments(void) { sweep("expandable_segments:True", false); }
 /* Under a limit the workload reaches, so that memory is released to make room (the ladder). */
-static void test_under_a_limit(void) { sweep("limit:96MiB,garbage_collection_threshold:0.8"); }
-static void test_expandable_under_a_limit(void) { sweep("expandable_segments:True,limit:96MiB"); }
+static void test_under_a_limit(void) { sweep("limit:96MiB,garbage_collection_threshold:0.8", false); }
+static void test_expandable_under_a_limit(void) { sweep("expandable_segments:True,limit:96MiB", false); }
+/* Pages a refused map leaves mapped, when the unmap that would undo them is refused as well, must join
+ * a run (the allocator keeps them) whichever host allocation fails around them: the pages are mapped
+ * only once everything they need to join is got. */
+static void test_expandable_stranded_pages(void) { sweep("expandable_segments:True", true); }
 
 int main(void)
 {
@@ -200,5 +218,6 @@ int main(void)
     RUN(test_expandable_segments);
     RUN(test_under_a_limit);
     RUN(test_expandable_under_a_limit);
+    RUN(test_expandable_stranded_pages);
     return HARNESS_EXIT();
 }
