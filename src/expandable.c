@@ -547,42 +547,34 @@ done:
 }
 
 /* Under h->lock: carves [lo, hi) out of b, keeping the segment map right. The carved pages come back
- * as a segment struct on *carved_list. */
+ * as a segment struct on *carved_list. Everything that can fail comes first. */
 static tide_status carve(tide_allocator *t, struct heap *h, const struct free_pages *fp,
                          struct segment **carved_list)
 {
     struct segment *seg = fp->block->seg;
     struct segment *upper = segment_struct(t), *carved = segment_struct(t);
-    if (!upper || !carved) {
+    struct carve_blocks cb;
+    tide_status s = upper && carved ? heap_carve_blocks(h, fp->block, fp->lo, fp->hi, &cb)
+                                    : tide__fail(TIDE_EHOSTMEM, "out of host memory for a segment");
+    if (s != TIDE_OK) {
         if (upper)
             segment_struct_recycle(t, upper);
         if (carved)
             segment_struct_recycle(t, carved);
-        return tide__fail(TIDE_EHOSTMEM, "out of host memory for a segment");
+        return s;
     }
     uintptr_t end = seg->base + seg->size;
     /* The upper run is findable before any block moves to it (its heap is this one, whose lock the
-     * reader needs, so it sees the blocks only once they are there). */
+     * reader needs, so it sees the blocks only once they are there). Its granules are seg's, whose
+     * tables exist. */
     if (fp->hi < end) {
         upper->base = fp->hi;
         upper->size = end - fp->hi;
         atomic_store_explicit(&upper->heap, h, memory_order_release);
-        tide_status s = segment_map_add(&t->segmap, upper);
-        if (s != TIDE_OK) {
-            segment_struct_recycle(t, upper);
-            segment_struct_recycle(t, carved);
-            return s;
-        }
+        segment_map_enter(&t->segmap, upper, end);
     }
     bool kept_lower = false, used_upper = false;
-    tide_status s = heap_carve_pages(h, fp->block, fp->lo, fp->hi, upper, carved, &kept_lower, &used_upper);
-    if (s != TIDE_OK) {
-        if (fp->hi < end)
-            segment_map_remove(&t->segmap, upper);
-        segment_struct_recycle(t, upper);
-        segment_struct_recycle(t, carved);
-        return s;
-    }
+    heap_carve_pages(h, fp->block, fp->lo, fp->hi, upper, carved, &cb, &kept_lower, &used_upper);
     struct arena *a = seg->arena;
     if (used_upper)
         run_insert(a, upper);
@@ -647,6 +639,9 @@ static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t excep
                 done += unmapped;
             }
             if (s == TIDE_OK) {
+                heap_lock(h);
+                heap_released(h, seg);
+                heap_unlock(h);
                 segment_struct_recycle(t, seg);
                 continue;
             }

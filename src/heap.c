@@ -422,11 +422,8 @@ size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct seg
     size_t detached = 0;
     while (detached < want && h->idle_head && h->idle_head->idle_since <= before) {
         struct segment *seg = h->idle_head;
-        struct block *b = seg->first;
         idle_unlink(h, seg);
-        free_index_remove(heap_free_index(h, seg->pool), b);
-        block_recycle(h, b);
-        seg->first = NULL;
+        free_index_remove(heap_free_index(h, seg->pool), seg->first); /* it keeps seg->first */
         segment_unlink(h, seg);
         atomic_store_explicit(&seg->heap, NULL, memory_order_release);
 
@@ -441,10 +438,13 @@ size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct seg
 
 void heap_reattach_idle(struct heap *h, struct segment *seg)
 {
-    tide_status ignored;
-    /* A block struct for it was freed moments ago; if even that fails, the segment is lost to reuse
-     * but stays counted by the backend, which tide_check reports. */
-    (void)heap_adopt_segment(h, seg, 0, 0, &ignored);
+    heap_adopt_free(h, seg, seg->first);
+}
+
+void heap_released(struct heap *h, struct segment *seg)
+{
+    block_recycle(h, seg->first);
+    seg->first = NULL;
 }
 
 struct block *segment_block_at(struct segment *seg, uintptr_t addr)
@@ -572,29 +572,42 @@ void heap_merge_runs(struct heap *h, struct segment *lo, struct segment *hi)
     run_refresh_idle(h, lo);
 }
 
-tide_status heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uintptr_t hi,
-                             struct segment *upper, struct segment *carved, bool *kept_lower,
-                             bool *used_upper)
+tide_status heap_carve_blocks(struct heap *h, struct block *b, uintptr_t lo, uintptr_t hi,
+                              struct carve_blocks *cb)
+{
+    /* What is left of b below lo stays b; what is left above hi is b too if nothing is left below; the
+     * carved pages take b where nothing of it is left, else a block struct of their own. */
+    bool left_below = b->addr < lo, left_above = b->addr + b->size > hi;
+    cb->rest_high = left_above ? (left_below ? block_new(h) : b) : NULL;
+    cb->carved = left_below || left_above ? block_new(h) : b;
+    if ((!left_above || cb->rest_high) && cb->carved)
+        return TIDE_OK;
+    if (cb->rest_high && cb->rest_high != b)
+        block_recycle(h, cb->rest_high);
+    if (cb->carved && cb->carved != b)
+        block_recycle(h, cb->carved);
+    return tide__fail(TIDE_EHOSTMEM, "out of host memory for a block");
+}
+
+void heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uintptr_t hi, struct segment *upper,
+                      struct segment *carved, const struct carve_blocks *cb, bool *kept_lower,
+                      bool *used_upper)
 {
     struct segment *seg = b->seg;
     struct free_index *fi = heap_free_index(h, seg->pool);
     uintptr_t end = seg->base + seg->size, b_end = b->addr + b->size;
     bool has_lower = lo > seg->base, has_upper = hi < end;
-    /* What is left of b below lo stays b; what is left above hi is b too if nothing is left below. */
-    struct block *below = b->prev, *above = b->next, *rest_high = NULL;
-    if (b_end > hi && !(rest_high = b->addr < lo ? block_new(h) : b))
-        return tide__fail(TIDE_EHOSTMEM, "out of host memory for a block");
+    struct block *below = b->prev, *above = b->next, *rest_high = cb->rest_high, *carved_block = cb->carved;
+    bool b_left_below = b->addr < lo;
     run_stats(h, seg, false);
     if (seg->idle)
         idle_unlink(h, seg);
     free_index_remove(fi, b);
 
-    if (b->addr < lo) {
+    if (b_left_below) {
         b->size = lo - b->addr;
         free_index_insert(fi, b);
         below = b;
-    } else if (rest_high != b) {
-        block_recycle(h, b);
     }
     if (rest_high) {
         rest_high->seg = upper;
@@ -616,8 +629,13 @@ tide_status heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uint
     carved->size = hi - lo;
     carved->pool = seg->pool;
     carved->arena = seg->arena;
-    carved->first = NULL;
+    carved->first = carved_block;
     carved->busy = 0;
+    carved_block->seg = carved;
+    carved_block->addr = lo;
+    carved_block->size = hi - lo;
+    carved_block->state = BLOCK_FREE;
+    carved_block->prev = carved_block->next = NULL;
     atomic_store_explicit(&carved->heap, NULL, memory_order_relaxed);
 
     if (has_upper) {
@@ -647,5 +665,4 @@ tide_status heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uint
     }
     *kept_lower = has_lower;
     *used_upper = has_upper;
-    return TIDE_OK;
 }

@@ -8,7 +8,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-static _Atomic unsigned long calls, refused, fail_at;
+static _Atomic unsigned long calls, refused, fail_at, aligned_calls;
 
 void tide__host_faults_arm(unsigned long nth)
 {
@@ -17,6 +17,7 @@ void tide__host_faults_arm(unsigned long nth)
 
 unsigned long tide__host_faults_calls(void) { return atomic_load(&calls); }
 unsigned long tide__host_faults_refused(void) { return atomic_load(&refused); }
+unsigned long tide__host_faults_aligned_calls(void) { return atomic_load(&aligned_calls); }
 
 static bool refuse(void)
 {
@@ -32,6 +33,7 @@ void *tide__faulty_calloc(size_t n, size_t size) { return refuse() ? NULL : (cal
 void *tide__faulty_realloc(void *p, size_t size) { return refuse() ? NULL : (realloc)(p, size); }
 void *tide__faulty_aligned_alloc(size_t alignment, size_t size)
 {
+    atomic_fetch_add(&aligned_calls, 1);
     return refuse() ? NULL : (aligned_alloc)(alignment, size);
 }
 char *tide__faulty_strdup(const char *s) { return refuse() ? NULL : (strdup)(s); }

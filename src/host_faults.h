@@ -25,6 +25,9 @@ void tide__host_faults_arm(unsigned long nth);
 /* Host allocations made (or refused) since the program started; and how many were refused. */
 unsigned long tide__host_faults_calls(void);
 unsigned long tide__host_faults_refused(void);
+/* Of the calls, those of aligned_alloc: the library uses it only for heaps and chunks of block structs,
+ * so a test can see when a heap ran out of spare block structs and made more. */
+unsigned long tide__host_faults_aligned_calls(void);
 
 #define malloc(size) tide__faulty_malloc(size)
 #define calloc(n, size) tide__faulty_calloc(n, size)

@@ -495,7 +495,8 @@ struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded,
  * it (if rounded > 0). */
 struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rounded, size_t requested,
                                  tide_status *status);
-/* Under h->lock: seg joins the heap as one FREE block, b (a struct from block_new). */
+/* Under h->lock: seg joins the heap as one FREE block, b (a struct with no neighbours: from block_new,
+ * or the one seg kept while it was away from the heap). */
 void heap_adopt_free(struct heap *h, struct segment *seg, struct block *b);
 /* h's free index for pool, as an opaque pointer (see BOTH): computed once, then each of its fields is
  * one fixed offset away, where GCC would otherwise multiply the pool index again for each. */
@@ -521,7 +522,9 @@ size_t heap_park(struct heap *h, struct block *b);
 struct block *heap_reuse_parked(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested);
 /* Under h->lock: detach wholly free segments (oldest first) idle since at or before `before` (by
  * idle_clock), until `want` bytes are detached; they go on *out (linked by next). Returns the bytes
- * detached. */
+ * detached. A segment away from its heap keeps its one block struct (seg->first), so that going back
+ * to the heap when the device refuses it (heap_reattach_idle) needs no host memory; once the device
+ * has it, heap_released gives the struct back. */
 size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct segment **out);
 /* Under h->lock: merges the parked block into the cache, as tide_free would have at once. */
 void heap_settle(struct heap *h);
@@ -535,8 +538,11 @@ static inline void heap_lock(struct heap *h)
 }
 static inline void heap_lock_fast(struct heap *h) { spin_lock_acquire(&h->lock); }
 static inline void heap_unlock(struct heap *h) { spin_lock_release(&h->lock); }
-/* Under h->lock: put back a segment whose release failed. */
+/* Under h->lock: put back a segment whose release failed (what is still held of it: seg's base and
+ * size), as one FREE block, the struct it kept. */
 void heap_reattach_idle(struct heap *h, struct segment *seg);
+/* Under h->lock: the device has taken seg back; the block struct it kept goes to h's spares. */
+void heap_released(struct heap *h, struct segment *seg);
 /* Under h->lock: makes the FREE block b ACTIVE for rounded bytes (heap_take_fit without the search). */
 struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, size_t requested,
                               tide_status *status);
@@ -547,13 +553,23 @@ struct block *segment_last_block(const struct segment *seg);
 void heap_extend_run(struct heap *h, struct segment *seg, size_t extra, struct block **spare);
 /* lo and hi (which starts where lo ends) become one run, lo; hi is left empty, off every list. */
 void heap_merge_runs(struct heap *h, struct segment *lo, struct segment *hi);
+/* The block structs heap_carve_pages needs to carve [lo, hi) out of b: for what is left of b above hi
+ * when something is left below it too, and for the carved pages unless they are all of b (each may be
+ * b itself). Got first, so that the carve itself cannot fail. Fails, taking nothing, only without host
+ * memory for a block. */
+struct carve_blocks {
+    struct block *rest_high, *carved;
+};
+tide_status heap_carve_blocks(struct heap *h, struct block *b, uintptr_t lo, uintptr_t hi,
+                              struct carve_blocks *cb);
 /* Takes the pages [lo, hi) out of the FREE block b, which spans them, into `carved` (off every list,
- * counted nowhere). What lies above hi moves to `upper` (linked to h) unless nothing does; what lies
+ * counted nowhere, with the block struct cb->carved, as a detached segment keeps one:
+ * heap_detach_idle). What lies above hi moves to `upper` (linked to h) unless nothing does; what lies
  * below lo stays in b's segment, which is left empty and unlinked if nothing does. *used_upper and
- * *kept_lower say which. Fails (changing nothing) only without host memory for a block. */
-tide_status heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uintptr_t hi,
-                             struct segment *upper, struct segment *carved, bool *kept_lower,
-                             bool *used_upper);
+ * *kept_lower say which. */
+void heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uintptr_t hi, struct segment *upper,
+                      struct segment *carved, const struct carve_blocks *cb, bool *kept_lower,
+                      bool *used_upper);
 struct block *block_new(struct heap *h);
 void block_recycle(struct heap *h, struct block *b);
 /* The block of h's segment seg that contains addr, by walking (slow; for messages). */

@@ -141,6 +141,9 @@ static tide_status release_segments(tide_allocator *t, struct heap *h, struct se
             note_released(t, gone, why, r);
         }
         if (s == TIDE_OK) {
+            heap_lock(h);
+            heap_released(h, seg);
+            heap_unlock(h);
             segment_struct_recycle(t, seg);
             continue;
         }

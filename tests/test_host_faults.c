@@ -11,7 +11,9 @@
  *   - at the end everything is freed and given back, and tide_destroy leaves the device empty.
  * Built against tidepool_host_faults, the library with host_faults.h forced in (tests/CMakeLists.txt).
  * Reserved segments and expandable segments, each also under a limit; and expandable segments where
- * the first growth's map is refused partway and the undo of its mapped pages refused too.
+ * the first growth's map is refused partway and the undo of its mapped pages refused too. Last, a
+ * trim whose unmaps the device refuses while the heap is out of spare block structs, each of the
+ * trim's host allocations refused in turn (test_refused_release_*).
  */
 #include "harness.h"
 #include "host_faults.h"
@@ -212,6 +214,129 @@ static void test_expandable_under_a_limit(void) { sweep("expandable_segments:Tru
  * only once everything they need to join is got. */
 static void test_expandable_stranded_pages(void) { sweep("expandable_segments:True", true); }
 
+/* ---- a release the device refuses, when the heap has no spare block struct ------------------------ */
+
+struct release_run {
+    int spares;               /* spare block structs left in the heap before the trim: 0 or 1 */
+    unsigned long refuse;     /* the host allocation of the trim to refuse, from 1; 0: none */
+    unsigned long trim_calls; /* host allocations the trim made */
+    unsigned long trim_chunks; /* of them, chunks of block structs */
+    const char *failed_at;
+    tide_status failed_with;
+};
+
+static void release_broke(struct release_run *r, const char *what, tide_status s)
+{
+    if (!r->failed_at) {
+        r->failed_at = what;
+        r->failed_with = s;
+    }
+}
+
+/* The device and the statistics agree, and the validator passes. */
+static void release_check(struct release_run *r, tide_sim *sim, tide_allocator *t, const char *when)
+{
+    tide_status checked = tide_check(t);
+    if (checked != TIDE_OK && checked != TIDE_EHOSTMEM)
+        release_broke(r, when, checked);
+    tide_stats st;
+    st.struct_size = sizeof st;
+    tide_sim_counters c;
+    tide_sim_get_counters(sim, &c);
+    if (tide_get_stats(t, &st) != TIDE_OK || (int64_t)c.held_bytes != st.reserved_bytes[TIDE_POOL_ALL].current)
+        release_broke(r, when, TIDE_OK);
+}
+
+/* With expandable segments: a run of 3 + 8 + 3 MiB whose 8 MiB in the middle is then freed, so that the
+ * FREE block begins and ends inside pages and a trim carves the three whole pages between out of its
+ * middle. The heap's spare block structs are used up but r->spares (block structs come 128 to a chunk,
+ * and each small allocation split off a page's FREE tail takes one). The device refuses every unmap,
+ * so the carved pages go back to the heap, and the rth host allocation of the trim is refused. Then the
+ * unmaps are allowed again, and everything must go back to the device. */
+static void release_refused(struct release_run *r)
+{
+    const size_t mib = (size_t)1 << 20;
+    tide_sim *sim;
+    tide_sim_options o = {sizeof o, 1ull << 36, 0, 0};
+    if (tide_sim_create(&o, &sim) != TIDE_OK)
+        exit(2);
+    tide_backend be = tide_sim_backend(sim);
+    tide_allocator *t = NULL;
+    CHECK_OK(tide_create(&be, "expandable_segments:True", &t));
+    void *a = NULL, *m = NULL, *c = NULL, *tiny[600] = {0};
+    CHECK_OK(tide_malloc(t, 3 * mib, 0, &a));
+    CHECK_OK(tide_malloc(t, 8 * mib, 0, &m));
+    CHECK_OK(tide_malloc(t, 3 * mib, 0, &c));
+    CHECK_OK(tide_free(t, m));
+    int n = 0, chunks = 0;
+    while (chunks < 2 && n < 600) { /* the second new chunk is made by a split: 127 spares are left */
+        unsigned long before = tide__host_faults_aligned_calls();
+        CHECK_OK(tide_malloc(t, 512, 0, &tiny[n++]));
+        chunks += tide__host_faults_aligned_calls() > before;
+    }
+    CHECK(chunks == 2);
+    for (int k = 0; k < 127 - r->spares && n < 600; k++)
+        CHECK_OK(tide_malloc(t, 512, 0, &tiny[n++]));
+
+    tide_sim_inject_fault(sim, TIDE_SIM_UNMAP, 0, UINT32_MAX);
+    unsigned long calls_before = tide__host_faults_calls(), chunks_before = tide__host_faults_aligned_calls();
+    tide__host_faults_arm(r->refuse);
+    tide_status s = tide_trim(t, 0, NULL);
+    tide__host_faults_arm(0);
+    r->trim_calls = tide__host_faults_calls() - calls_before;
+    r->trim_chunks = tide__host_faults_aligned_calls() - chunks_before;
+    tide_sim_inject_fault(sim, TIDE_SIM_UNMAP, 0, 0);
+    if (s != TIDE_OK && s != TIDE_EHOSTMEM && s != TIDE_EDEVICE && s != TIDE_EBUSY)
+        release_broke(r, "tide_trim", s);
+    release_check(r, sim, t, "after the trim");
+
+    CHECK_OK(tide_free(t, a));
+    CHECK_OK(tide_free(t, c));
+    for (int k = 0; k < n; k++)
+        CHECK_OK(tide_free(t, tiny[k]));
+    if ((s = tide_empty_cache(t, NULL)) != TIDE_OK)
+        release_broke(r, "tide_empty_cache", s);
+    release_check(r, sim, t, "after tide_empty_cache");
+    tide_stats st;
+    st.struct_size = sizeof st;
+    if (tide_get_stats(t, &st) == TIDE_OK && st.reserved_bytes[TIDE_POOL_ALL].current != 0)
+        release_broke(r, "tide_empty_cache: memory left reserved", TIDE_OK);
+    s = tide_destroy(t);
+    tide_sim_counters cnt;
+    tide_sim_get_counters(sim, &cnt);
+    if (s != TIDE_OK || cnt.held_bytes != 0)
+        release_broke(r, "tide_destroy", s);
+    tide_sim_destroy(sim);
+}
+
+/* A segment (here, pages carved out of a FREE block) that the device refuses to release goes back to
+ * its heap, and that must need no host memory: the pages keep a block struct of their own while they
+ * are away. A carve that cannot get its block structs must change nothing. Each of the trim's host
+ * allocations is refused in turn, with one spare block struct left before the trim, and with none. */
+static void refused_release_sweep(int spares)
+{
+    struct release_run clean = {spares, 0, 0, 0, NULL, TIDE_OK};
+    release_refused(&clean);
+    CHECK(clean.failed_at == NULL);
+    CHECK(clean.trim_chunks == 1); /* the heap did run out of spare block structs during the trim */
+    unsigned long survived = 0;
+    for (unsigned long k = 1; k <= clean.trim_calls; k++) {
+        struct release_run r = {spares, k, 0, 0, NULL, TIDE_OK};
+        release_refused(&r);
+        if (r.failed_at) {
+            fprintf(stderr, "%d spare(s), the trim's host allocation %lu of %lu refused: broke %s (%s): %s\n", spares,
+                    k, clean.trim_calls, r.failed_at, tide_status_name(r.failed_with), tide_last_error());
+            harness_failures++;
+        } else {
+            survived++;
+        }
+    }
+    fprintf(stderr, "a refused release, %d spare block struct(s) before the trim: %lu host allocations in the "
+            "trim, each refused in a run of its own: %lu runs survived\n", spares, clean.trim_calls, survived);
+}
+static void test_refused_release_with_one_spare_block(void) { refused_release_sweep(1); }
+static void test_refused_release_with_no_spare_block(void) { refused_release_sweep(0); }
+
 int main(void)
 {
     RUN(test_reserved_segments);
@@ -219,5 +344,7 @@ int main(void)
     RUN(test_under_a_limit);
     RUN(test_expandable_under_a_limit);
     RUN(test_expandable_stranded_pages);
+    RUN(test_refused_release_with_one_spare_block);
+    RUN(test_refused_release_with_no_spare_block);
     return HARNESS_EXIT();
 }
