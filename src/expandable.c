@@ -683,8 +683,7 @@ tide_status expandable_unmap_run(tide_allocator *t, struct segment *seg, size_t 
 void expandable_reattach_run(tide_allocator *t, struct heap *h, struct segment *seg)
 {
     atomic_store_explicit(&seg->heap, h, memory_order_release);
-    if (segment_map_add(&t->segmap, seg) != TIDE_OK)
-        return; /* the map's tables for it existed a moment ago; tide_check would report the loss */
+    segment_map_enter(&t->segmap, seg, seg->base + seg->size); /* its tables are there still */
     heap_lock(h);
     heap_reattach_idle(h, seg);
     heap_unlock(h);

@@ -158,8 +158,7 @@ static tide_status release_segments(tide_allocator *t, struct heap *h, struct se
             expandable_reattach_run(t, h, seg);
             continue;
         }
-        if (segment_map_add(&t->segmap, seg) != TIDE_OK)
-            continue; /* cannot happen: the map's tables for it exist already */
+        segment_map_enter(&t->segmap, seg, seg->base + seg->size); /* its tables are there still */
         heap_lock(h);
         heap_reattach_idle(h, seg);
         heap_unlock(h);
