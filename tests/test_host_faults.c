@@ -64,23 +64,59 @@ static void after(struct run *r, tide_sim *sim, tide_allocator *t, const char *c
     }
 }
 
-static void workload(struct run *r)
+/* The device and an allocator on it, with r's config; false (having said why, where that breaks a
+ * promise) if either could not be made. */
+static bool open_run(struct run *r, tide_sim **sim, tide_allocator **t)
 {
-    tide_sim *sim;
     tide_sim_options o = {sizeof o, 1ull << 36, 0, 0};
-    if (tide_sim_create(&o, &sim) != TIDE_OK)
-        return; /* the device itself could not be made: nothing to check */
-    tide_backend be = tide_sim_backend(sim);
-    tide_allocator *t = NULL;
-    tide_status s = tide_create(&be, r->conf, &t);
+    if (tide_sim_create(&o, sim) != TIDE_OK)
+        return false; /* the device itself could not be made: nothing to check */
+    tide_backend be = tide_sim_backend(*sim);
+    *t = NULL;
+    tide_status s = tide_create(&be, r->conf, t);
     if (s != TIDE_OK) {
-        if (!acceptable(s) || t) {
+        if (!acceptable(s) || *t) {
             r->failed_at = "tide_create";
             r->failed_with = s;
         }
-        tide_sim_destroy(sim);
-        return;
+        tide_sim_destroy(*sim);
+        return false;
     }
+    return true;
+}
+
+/* The end of every run: the n blocks in live freed, the cache emptied, everything given back. */
+static void finish_run(struct run *r, tide_sim *sim, tide_allocator *t, void **live, int n, int step)
+{
+    for (int k = 0; k < n; k++)
+        if (live[k])
+            after(r, sim, t, "tide_free (the end)", tide_free(t, live[k]), step);
+    tide_sim_synchronize(sim);
+    after(r, sim, t, "tide_empty_cache (the end)", tide_empty_cache(t, NULL), step);
+    tide_stats st;
+    st.struct_size = sizeof st;
+    if (!r->failed_at && tide_get_stats(t, &st) == TIDE_OK && st.reserved_bytes[TIDE_POOL_ALL].current != 0) {
+        r->failed_at = "tide_empty_cache (the end): memory left reserved";
+        r->step = step;
+    }
+    tide_status s = tide_destroy(t);
+    tide_sim_counters c;
+    tide_sim_get_counters(sim, &c);
+    if (!r->failed_at && (s != TIDE_OK || c.held_bytes != 0)) {
+        r->failed_at = s != TIDE_OK ? "tide_destroy" : "tide_destroy: the device still holds memory";
+        r->failed_with = s;
+        r->step = step;
+    }
+    tide_sim_destroy(sim);
+}
+
+static void workload(struct run *r)
+{
+    tide_sim *sim;
+    tide_allocator *t;
+    if (!open_run(r, &sim, &t))
+        return;
+    tide_status s;
     tide_stream streams[4] = {0, 0, 0, 0}; /* the default stream, and three more where they can be made */
     for (int i = 1; i < 4; i++)
         if (tide_sim_stream_create(sim, &streams[i]) != TIDE_OK)
@@ -140,26 +176,7 @@ static void workload(struct run *r)
         if (step % 20 == 19)
             after(r, sim, t, "tide_empty_cache", tide_empty_cache(t, NULL), step);
     }
-    for (int k = 0; k < LIVE; k++)
-        if (live[k])
-            after(r, sim, t, "tide_free (the end)", tide_free(t, live[k]), STEPS);
-    tide_sim_synchronize(sim);
-    after(r, sim, t, "tide_empty_cache (the end)", tide_empty_cache(t, NULL), STEPS);
-    tide_stats st;
-    st.struct_size = sizeof st;
-    if (!r->failed_at && tide_get_stats(t, &st) == TIDE_OK && st.reserved_bytes[TIDE_POOL_ALL].current != 0) {
-        r->failed_at = "tide_empty_cache (the end): memory left reserved";
-        r->step = STEPS;
-    }
-    s = tide_destroy(t);
-    tide_sim_counters c;
-    tide_sim_get_counters(sim, &c);
-    if (!r->failed_at && (s != TIDE_OK || c.held_bytes != 0)) {
-        r->failed_at = s != TIDE_OK ? "tide_destroy" : "tide_destroy: the device still holds memory";
-        r->failed_with = s;
-        r->step = STEPS;
-    }
-    tide_sim_destroy(sim);
+    finish_run(r, sim, t, live, LIVE, STEPS);
 }
 
 static void sweep(const char *conf, bool strand)
