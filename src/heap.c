@@ -286,20 +286,6 @@ struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded,
     return heap_take_block(h, b, rounded, requested, status);
 }
 
-struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rounded,
-                                 size_t requested, tide_status *status)
-{
-    struct block *b = block_new(h);
-    if (!b) {
-        *status = tide__fail(TIDE_EHOSTMEM, "out of host memory for a block");
-        return NULL;
-    }
-    heap_adopt_free(h, seg, b);
-    if (rounded == 0)
-        return b;
-    return heap_take_block(h, b, rounded, requested, status);
-}
-
 void heap_adopt_free(struct heap *h, struct segment *seg, struct block *b)
 {
     b->seg = seg;

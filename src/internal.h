@@ -491,12 +491,8 @@ size_t segment_size_for(enum pool_kind pool, size_t rounded);
 /* Under h->lock: find a FREE block for rounded bytes and make it ACTIVE. NULL if none fits. */
 struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
                             tide_status *status);
-/* Under h->lock: a freshly reserved segment joins the heap, and a block of rounded bytes is taken from
- * it (if rounded > 0). */
-struct block *heap_adopt_segment(struct heap *h, struct segment *seg, size_t rounded, size_t requested,
-                                 tide_status *status);
-/* Under h->lock: seg joins the heap as one FREE block, b (a struct with no neighbours: from block_new,
- * or the one seg kept while it was away from the heap). */
+/* Under h->lock: seg (freshly reserved, or back after a refused release) joins the heap as one FREE
+ * block, b (a struct with no neighbours: from block_new, or the one seg kept while it was away). */
 void heap_adopt_free(struct heap *h, struct segment *seg, struct block *b);
 /* h's free index for pool, as an opaque pointer (see BOTH): computed once, then each of its fields is
  * one fixed offset away, where GCC would otherwise multiply the pool index again for each. */

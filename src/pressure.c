@@ -315,6 +315,14 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
         return expandable_grow(t, h, pool, rounded, requested, out);
     size_t sizes[2] = {segment_size_for(pool, rounded), round_up(rounded, TIDE_SEGMENT_GRANULE)};
     int nsizes = sizes[1] < sizes[0] ? 2 : 1;
+    /* The new segment's block struct, got before the device reserves anything: a segment the heap
+     * could not take in would stay reserved and counted, in no heap. */
+    heap_lock(h);
+    struct block *first = block_new(h);
+    heap_unlock(h);
+    if (!first)
+        return tide__fail(TIDE_EHOSTMEM, "out of host memory for a block");
+    tide_status s = TIDE_ENOMEM;
     for (int i = 0; i < nsizes; i++) {
         size_t size = sizes[i];
         /* Idle segments could not serve this request (the fit would have used them). Rather than
@@ -335,20 +343,24 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
             t->num_gc_released += gc.released_segments;
         }
         struct segment *seg = NULL;
-        tide_status s = reserve_segment(t, pool, size, &seg);
+        s = reserve_segment(t, pool, size, &seg);
         if (s == TIDE_ENOMEM)
             continue;
         if (s != TIDE_OK)
-            return s;
+            break;
         heap_lock(h);
-        struct block *b = heap_adopt_segment(h, seg, rounded, requested, &s);
+        heap_adopt_free(h, seg, first);
+        struct block *b = heap_take_block(h, first, rounded, requested, &s);
         heap_unlock(h);
         if (!b)
-            return s;
+            return s; /* the segment is the heap's, as cache */
         *out = b;
         return TIDE_OK;
     }
-    return TIDE_ENOMEM;
+    heap_lock(h);
+    block_recycle(h, first);
+    heap_unlock(h);
+    return s;
 }
 
 /* Bytes per state over every heap, for the out-of-memory report. */

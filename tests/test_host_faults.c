@@ -12,8 +12,9 @@
  * Built against tidepool_host_faults, the library with host_faults.h forced in (tests/CMakeLists.txt).
  * Reserved segments and expandable segments, each also under a limit; and expandable segments where
  * the first growth's map is refused partway and the undo of its mapped pages refused too. Last, a
- * trim whose unmaps the device refuses while the heap is out of spare block structs, each of the
- * trim's host allocations refused in turn (test_refused_release_*).
+ * trim whose unmaps the device refuses, and an allocation that needs a new segment, while the heap is
+ * out of spare block structs, each of their host allocations refused in turn (the *_spare_block
+ * tests).
  */
 #include "harness.h"
 #include "host_faults.h"
@@ -179,15 +180,55 @@ static void workload(struct run *r)
     finish_run(r, sim, t, live, LIVE, STEPS);
 }
 
-static void sweep(const char *conf, bool strand)
+/* Many live blocks on many streams: each stream's heap made, its pointer map grown several times
+ * (to 2048 slots, for 100 blocks), half the blocks freed and allocated again, in an order that mixes
+ * the streams, and a trim. (tide_check walks every block, so it runs
+ * every 128 calls and after any call that fails, not after each.) */
+#define MANY_STREAMS 6
+#define MANY_BLOCKS 600
+static void many_after(struct run *r, tide_sim *sim, tide_allocator *t, const char *call, tide_status s,
+                       int step)
 {
-    const char *name = strand ? "expandable_segments:True, pages stranded" : conf ? conf : "(default)";
+    if (s != TIDE_OK || step % 128 == 0)
+        after(r, sim, t, call, s, step);
+}
+
+static void workload_many(struct run *r)
+{
+    tide_sim *sim;
+    tide_allocator *t;
+    if (!open_run(r, &sim, &t))
+        return;
+    tide_stream streams[MANY_STREAMS] = {0};
+    for (int i = 1; i < MANY_STREAMS; i++)
+        if (tide_sim_stream_create(sim, &streams[i]) != TIDE_OK)
+            streams[i] = 0;
+    static void *live[MANY_BLOCKS];
+    static const size_t sizes[] = {512, 3000, 40 << 10, 700, 1 << 20, 9000, 100 << 10};
+    int step = 0;
+    for (int round = 0; round < 2 && !r->failed_at; round++)
+        for (int k = round; k < MANY_BLOCKS && !r->failed_at; k += 1 + round, step++) {
+            if (live[k]) /* the second round: every other block freed and made again */
+                many_after(r, sim, t, "tide_free", tide_free(t, live[k]), step);
+            live[k] = NULL;
+            tide_status s = tide_malloc(t, sizes[(k * 5 + round) % 7], streams[(k * 7) % MANY_STREAMS], &live[k]);
+            if (s != TIDE_OK)
+                live[k] = NULL;
+            many_after(r, sim, t, "tide_malloc", s, step);
+        }
+    after(r, sim, t, "tide_trim", allowed(tide_trim(t, 0, NULL), TIDE_EBUSY), step);
+    finish_run(r, sim, t, live, MANY_BLOCKS, step);
+    memset(live, 0, sizeof live);
+}
+
+static void sweep_workload(const char *name, const char *conf, bool strand, void (*run_once)(struct run *))
+{
     /* A first run makes what a process makes once (a thread's message buffer, keys); the second counts
      * what every run makes. */
     struct run warm = {0, conf, strand, NULL, TIDE_OK, 0}, clean = warm;
-    workload(&warm);
+    run_once(&warm);
     unsigned long before = tide__host_faults_calls();
-    workload(&clean);
+    run_once(&clean);
     unsigned long calls = tide__host_faults_calls() - before;
     CHECK(clean.failed_at == NULL);
     CHECK(calls > 50); /* the workload does reach the library's allocations */
@@ -196,7 +237,7 @@ static void sweep(const char *conf, bool strand)
         struct run r = {n, conf, strand, NULL, TIDE_OK, 0};
         unsigned long refused_before = tide__host_faults_refused();
         tide__host_faults_arm(n);
-        workload(&r);
+        run_once(&r);
         tide__host_faults_arm(0);
         if (tide__host_faults_refused() == refused_before) {
             unreached++; /* this run made fewer host allocations than the counting run */
@@ -221,6 +262,12 @@ static void sweep(const char *conf, bool strand)
             name, calls, calls - unreached, survived);
 }
 
+static void sweep(const char *conf, bool strand)
+{
+    sweep_workload(strand ? "expandable_segments:True, pages stranded" : conf ? conf : "(default)", conf, strand,
+                   workload);
+}
+
 static void test_reserved_segments(void) { sweep(NULL, false); }
 static void test_expandable_segments(void) { sweep("expandable_segments:True", false); }
 /* Under a limit the workload reaches, so that memory is released to make room (the ladder). */
@@ -230,19 +277,35 @@ static void test_expandable_under_a_limit(void) { sweep("expandable_segments:Tru
  * a run (the allocator keeps them) whichever host allocation fails around them: the pages are mapped
  * only once everything they need to join is got. */
 static void test_expandable_stranded_pages(void) { sweep("expandable_segments:True", true); }
+static void test_many_blocks_on_many_streams(void)
+{
+    sweep_workload("many blocks on many streams", NULL, false, workload_many);
+}
+static void test_many_blocks_on_many_streams_expandable(void)
+{
+    sweep_workload("many blocks on many streams, expandable_segments:True", "expandable_segments:True", false,
+                   workload_many);
+}
 
-/* ---- a release the device refuses, when the heap has no spare block struct ------------------------ */
+/* ---- the heap out of spare block structs --------------------------------------------------------- */
 
-struct release_run {
-    int spares;               /* spare block structs left in the heap before the trim: 0 or 1 */
-    unsigned long refuse;     /* the host allocation of the trim to refuse, from 1; 0: none */
-    unsigned long trim_calls; /* host allocations the trim made */
-    unsigned long trim_chunks; /* of them, chunks of block structs */
+/* What is done with the heap's spare block structs used up, each of its host allocations refused in
+ * turn: a trim whose unmaps the device refuses (expandable segments), or an allocation that needs a
+ * new segment. */
+enum spare_act { TRIM_REFUSED, NEW_SEGMENT };
+
+struct spare_run {
+    enum spare_act act;
+    const char *conf;
+    int spares;               /* spare block structs left in the heap before the act: 0 or 1 */
+    unsigned long refuse;     /* the host allocation of the act to refuse, from 1; 0: none */
+    unsigned long act_calls;  /* host allocations the act made */
+    unsigned long act_chunks; /* of them, chunks of block structs */
     const char *failed_at;
     tide_status failed_with;
 };
 
-static void release_broke(struct release_run *r, const char *what, tide_status s)
+static void spare_broke(struct spare_run *r, const char *what, tide_status s)
 {
     if (!r->failed_at) {
         r->failed_at = what;
@@ -251,26 +314,26 @@ static void release_broke(struct release_run *r, const char *what, tide_status s
 }
 
 /* The device and the statistics agree, and the validator passes. */
-static void release_check(struct release_run *r, tide_sim *sim, tide_allocator *t, const char *when)
+static void spare_check(struct spare_run *r, tide_sim *sim, tide_allocator *t, const char *when)
 {
     tide_status checked = tide_check(t);
     if (checked != TIDE_OK && checked != TIDE_EHOSTMEM)
-        release_broke(r, when, checked);
+        spare_broke(r, when, checked);
     tide_stats st;
     st.struct_size = sizeof st;
     tide_sim_counters c;
     tide_sim_get_counters(sim, &c);
     if (tide_get_stats(t, &st) != TIDE_OK || (int64_t)c.held_bytes != st.reserved_bytes[TIDE_POOL_ALL].current)
-        release_broke(r, when, TIDE_OK);
+        spare_broke(r, when, TIDE_OK);
 }
 
-/* With expandable segments: a run of 3 + 8 + 3 MiB whose 8 MiB in the middle is then freed, so that the
- * FREE block begins and ends inside pages and a trim carves the three whole pages between out of its
- * middle. The heap's spare block structs are used up but r->spares (block structs come 128 to a chunk,
- * and each small allocation split off a page's FREE tail takes one). The device refuses every unmap,
- * so the carved pages go back to the heap, and the rth host allocation of the trim is refused. Then the
- * unmaps are allowed again, and everything must go back to the device. */
-static void release_refused(struct release_run *r)
+/* First a run of 3 + 8 + 3 MiB whose 8 MiB in the middle is then freed (with expandable segments, the
+ * FREE block begins and ends inside pages, and a trim carves the three whole pages between out of its
+ * middle). Then the heap's spare block structs are used up but r->spares: block structs come 128 to a
+ * chunk, and each small allocation split off a FREE tail takes one. Then the act, with its rth host
+ * allocation refused (TRIM_REFUSED: and every unmap). Then unmaps are allowed again, and everything
+ * must go back to the device. */
+static void spare_scenario(struct spare_run *r)
 {
     const size_t mib = (size_t)1 << 20;
     tide_sim *sim;
@@ -279,8 +342,8 @@ static void release_refused(struct release_run *r)
         exit(2);
     tide_backend be = tide_sim_backend(sim);
     tide_allocator *t = NULL;
-    CHECK_OK(tide_create(&be, "expandable_segments:True", &t));
-    void *a = NULL, *m = NULL, *c = NULL, *tiny[600] = {0};
+    CHECK_OK(tide_create(&be, r->conf, &t));
+    void *a = NULL, *m = NULL, *c = NULL, *big = NULL, *tiny[600] = {0};
     CHECK_OK(tide_malloc(t, 3 * mib, 0, &a));
     CHECK_OK(tide_malloc(t, 8 * mib, 0, &m));
     CHECK_OK(tide_malloc(t, 3 * mib, 0, &c));
@@ -295,64 +358,83 @@ static void release_refused(struct release_run *r)
     for (int k = 0; k < 127 - r->spares && n < 600; k++)
         CHECK_OK(tide_malloc(t, 512, 0, &tiny[n++]));
 
-    tide_sim_inject_fault(sim, TIDE_SIM_UNMAP, 0, UINT32_MAX);
+    if (r->act == TRIM_REFUSED)
+        tide_sim_inject_fault(sim, TIDE_SIM_UNMAP, 0, UINT32_MAX);
     unsigned long calls_before = tide__host_faults_calls(), chunks_before = tide__host_faults_aligned_calls();
     tide__host_faults_arm(r->refuse);
-    tide_status s = tide_trim(t, 0, NULL);
+    tide_status s = r->act == TRIM_REFUSED ? tide_trim(t, 0, NULL) : tide_malloc(t, 64 * mib, 0, &big);
     tide__host_faults_arm(0);
-    r->trim_calls = tide__host_faults_calls() - calls_before;
-    r->trim_chunks = tide__host_faults_aligned_calls() - chunks_before;
+    r->act_calls = tide__host_faults_calls() - calls_before;
+    r->act_chunks = tide__host_faults_aligned_calls() - chunks_before;
     tide_sim_inject_fault(sim, TIDE_SIM_UNMAP, 0, 0);
-    if (s != TIDE_OK && s != TIDE_EHOSTMEM && s != TIDE_EDEVICE && s != TIDE_EBUSY)
-        release_broke(r, "tide_trim", s);
-    release_check(r, sim, t, "after the trim");
+    if (s != TIDE_OK && s != TIDE_EHOSTMEM && (r->act != TRIM_REFUSED || (s != TIDE_EDEVICE && s != TIDE_EBUSY)))
+        spare_broke(r, r->act == TRIM_REFUSED ? "tide_trim" : "tide_malloc", s);
+    spare_check(r, sim, t, "after the act");
 
     CHECK_OK(tide_free(t, a));
     CHECK_OK(tide_free(t, c));
+    if (big)
+        CHECK_OK(tide_free(t, big));
     for (int k = 0; k < n; k++)
         CHECK_OK(tide_free(t, tiny[k]));
     if ((s = tide_empty_cache(t, NULL)) != TIDE_OK)
-        release_broke(r, "tide_empty_cache", s);
-    release_check(r, sim, t, "after tide_empty_cache");
+        spare_broke(r, "tide_empty_cache", s);
+    spare_check(r, sim, t, "after tide_empty_cache");
     tide_stats st;
     st.struct_size = sizeof st;
     if (tide_get_stats(t, &st) == TIDE_OK && st.reserved_bytes[TIDE_POOL_ALL].current != 0)
-        release_broke(r, "tide_empty_cache: memory left reserved", TIDE_OK);
+        spare_broke(r, "tide_empty_cache: memory left reserved", TIDE_OK);
     s = tide_destroy(t);
     tide_sim_counters cnt;
     tide_sim_get_counters(sim, &cnt);
     if (s != TIDE_OK || cnt.held_bytes != 0)
-        release_broke(r, "tide_destroy", s);
+        spare_broke(r, "tide_destroy", s);
     tide_sim_destroy(sim);
 }
 
-/* A segment (here, pages carved out of a FREE block) that the device refuses to release goes back to
- * its heap, and that must need no host memory: the pages keep a block struct of their own while they
- * are away. A carve that cannot get its block structs must change nothing. Each of the trim's host
- * allocations is refused in turn, with one spare block struct left before the trim, and with none. */
-static void refused_release_sweep(int spares)
+static void spare_sweep(const char *name, enum spare_act act, const char *conf, int spares)
 {
-    struct release_run clean = {spares, 0, 0, 0, NULL, TIDE_OK};
-    release_refused(&clean);
+    struct spare_run clean = {act, conf, spares, 0, 0, 0, NULL, TIDE_OK};
+    spare_scenario(&clean);
     CHECK(clean.failed_at == NULL);
-    CHECK(clean.trim_chunks == 1); /* the heap did run out of spare block structs during the trim */
+    CHECK(clean.act_chunks == 1); /* the heap did run out of spare block structs during the act */
     unsigned long survived = 0;
-    for (unsigned long k = 1; k <= clean.trim_calls; k++) {
-        struct release_run r = {spares, k, 0, 0, NULL, TIDE_OK};
-        release_refused(&r);
+    for (unsigned long k = 1; k <= clean.act_calls; k++) {
+        struct spare_run r = {act, conf, spares, k, 0, 0, NULL, TIDE_OK};
+        spare_scenario(&r);
         if (r.failed_at) {
-            fprintf(stderr, "%d spare(s), the trim's host allocation %lu of %lu refused: broke %s (%s): %s\n", spares,
-                    k, clean.trim_calls, r.failed_at, tide_status_name(r.failed_with), tide_last_error());
+            fprintf(stderr, "%s, %d spare(s): host allocation %lu of %lu refused: broke %s (%s): %s\n", name,
+                    spares, k, clean.act_calls, r.failed_at, tide_status_name(r.failed_with), tide_last_error());
             harness_failures++;
         } else {
             survived++;
         }
     }
-    fprintf(stderr, "a refused release, %d spare block struct(s) before the trim: %lu host allocations in the "
-            "trim, each refused in a run of its own: %lu runs survived\n", spares, clean.trim_calls, survived);
+    fprintf(stderr, "%s, %d spare block struct(s) before it: %lu host allocations, each refused in a run "
+            "of its own: %lu runs survived\n", name, spares, clean.act_calls, survived);
 }
-static void test_refused_release_with_one_spare_block(void) { refused_release_sweep(1); }
-static void test_refused_release_with_no_spare_block(void) { refused_release_sweep(0); }
+
+/* A segment (here, pages carved out of a FREE block) that the device refuses to release goes back to
+ * its heap, and that must need no host memory: the pages keep a block struct of their own while they
+ * are away. A carve that cannot get its block structs must change nothing. */
+static void test_refused_release_with_one_spare_block(void)
+{
+    spare_sweep("a refused release", TRIM_REFUSED, "expandable_segments:True", 1);
+}
+static void test_refused_release_with_no_spare_block(void)
+{
+    spare_sweep("a refused release", TRIM_REFUSED, "expandable_segments:True", 0);
+}
+/* A new segment (or new pages) must not be reserved before the heap has the block struct to take it
+ * in: one reserved and then not taken in would stay counted, in no heap. */
+static void test_new_segment_with_no_spare_block(void)
+{
+    spare_sweep("a new segment", NEW_SEGMENT, NULL, 0);
+}
+static void test_new_pages_with_no_spare_block(void)
+{
+    spare_sweep("new pages", NEW_SEGMENT, "expandable_segments:True", 0);
+}
 
 int main(void)
 {
@@ -361,7 +443,11 @@ int main(void)
     RUN(test_under_a_limit);
     RUN(test_expandable_under_a_limit);
     RUN(test_expandable_stranded_pages);
+    RUN(test_many_blocks_on_many_streams);
+    RUN(test_many_blocks_on_many_streams_expandable);
     RUN(test_refused_release_with_one_spare_block);
     RUN(test_refused_release_with_no_spare_block);
+    RUN(test_new_segment_with_no_spare_block);
+    RUN(test_new_pages_with_no_spare_block);
     return HARNESS_EXIT();
 }
