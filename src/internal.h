@@ -228,13 +228,12 @@ void segment_map_free(struct segment_map *sm);
 /* All under the pressure lock. */
 tide_status segment_map_add(struct segment_map *sm, struct segment *seg);
 void segment_map_remove(struct segment_map *sm, struct segment *seg);
-/* Expandable runs: seg is found for [seg->base, end) from now on (it grew, or took over a neighbour's
- * granules); or no longer past new_end (it shrank; a granule another segment took over is left to it).
- * Both keep every address that stays in seg findable throughout. */
-tide_status segment_map_cover(struct segment_map *sm, struct segment *seg, uintptr_t end);
-/* segment_map_cover in two steps, for a caller that must not fail once it has begun: the tables for
- * [lo, hi) made (the only step that can fail, for host memory; tables stay until the map is freed), then
- * seg entered up to end, every granule of [seg->base, end) having its table by then. */
+/* For a caller that must not fail once it has begun (expandable runs), segment_map_add in two steps:
+ * the tables for [lo, hi) made (the only step that can fail, for host memory; tables stay until the
+ * map is freed), then seg entered: found for [seg->base, end) from now on (it is new, grew, or took
+ * over a neighbour's granules), every granule there having its table by then. Or seg no longer found
+ * past new_end (it shrank; a granule another segment took over is left to it). Both keep every address
+ * that stays in seg findable throughout. */
 tide_status segment_map_prepare(struct segment_map *sm, uintptr_t lo, uintptr_t hi);
 void segment_map_enter(struct segment_map *sm, struct segment *seg, uintptr_t end);
 void segment_map_shrink(struct segment_map *sm, struct segment *seg, uintptr_t new_end);

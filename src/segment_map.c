@@ -78,15 +78,10 @@ static struct granule *granule_at(struct segment_map *sm, uint64_t g, bool creat
 
 tide_status segment_map_add(struct segment_map *sm, struct segment *seg)
 {
-    return segment_map_cover(sm, seg, seg->base + seg->size);
-}
-
-tide_status segment_map_cover(struct segment_map *sm, struct segment *seg, uintptr_t end)
-{
     /* Every table first, so that a failure leaves nothing half-entered. */
-    tide_status s = segment_map_prepare(sm, seg->base, end);
+    tide_status s = segment_map_prepare(sm, seg->base, seg->base + seg->size);
     if (s == TIDE_OK)
-        segment_map_enter(sm, seg, end);
+        segment_map_enter(sm, seg, seg->base + seg->size);
     return s;
 }
 
