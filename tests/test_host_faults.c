@@ -296,36 +296,11 @@ enum spare_act { TRIM_REFUSED, NEW_SEGMENT };
 
 struct spare_run {
     enum spare_act act;
-    const char *conf;
     int spares;               /* spare block structs left in the heap before the act: 0 or 1 */
-    unsigned long refuse;     /* the host allocation of the act to refuse, from 1; 0: none */
     unsigned long act_calls;  /* host allocations the act made */
     unsigned long act_chunks; /* of them, chunks of block structs */
-    const char *failed_at;
-    tide_status failed_with;
+    struct run run;           /* its refuse: the host allocation of the act to refuse, from 1; 0: none */
 };
-
-static void spare_broke(struct spare_run *r, const char *what, tide_status s)
-{
-    if (!r->failed_at) {
-        r->failed_at = what;
-        r->failed_with = s;
-    }
-}
-
-/* The device and the statistics agree, and the validator passes. */
-static void spare_check(struct spare_run *r, tide_sim *sim, tide_allocator *t, const char *when)
-{
-    tide_status checked = tide_check(t);
-    if (checked != TIDE_OK && checked != TIDE_EHOSTMEM)
-        spare_broke(r, when, checked);
-    tide_stats st;
-    st.struct_size = sizeof st;
-    tide_sim_counters c;
-    tide_sim_get_counters(sim, &c);
-    if (tide_get_stats(t, &st) != TIDE_OK || (int64_t)c.held_bytes != st.reserved_bytes[TIDE_POOL_ALL].current)
-        spare_broke(r, when, TIDE_OK);
-}
 
 /* First a run of 3 + 8 + 3 MiB whose 8 MiB in the middle is then freed (with expandable segments, the
  * FREE block begins and ends inside pages, and a trim carves the three whole pages between out of its
@@ -337,12 +312,11 @@ static void spare_scenario(struct spare_run *r)
 {
     const size_t mib = (size_t)1 << 20;
     tide_sim *sim;
-    tide_sim_options o = {sizeof o, 1ull << 36, 0, 0};
-    if (tide_sim_create(&o, &sim) != TIDE_OK)
-        exit(2);
-    tide_backend be = tide_sim_backend(sim);
-    tide_allocator *t = NULL;
-    CHECK_OK(tide_create(&be, r->conf, &t));
+    tide_allocator *t;
+    if (!open_run(&r->run, &sim, &t)) { /* nothing is refused yet */
+        CHECK(false);
+        return;
+    }
     void *a = NULL, *m = NULL, *c = NULL, *big = NULL, *tiny[600] = {0};
     CHECK_OK(tide_malloc(t, 3 * mib, 0, &a));
     CHECK_OK(tide_malloc(t, 8 * mib, 0, &m));
@@ -361,15 +335,16 @@ static void spare_scenario(struct spare_run *r)
     if (r->act == TRIM_REFUSED)
         tide_sim_inject_fault(sim, TIDE_SIM_UNMAP, 0, UINT32_MAX);
     unsigned long calls_before = tide__host_faults_calls(), chunks_before = tide__host_faults_aligned_calls();
-    tide__host_faults_arm(r->refuse);
+    tide__host_faults_arm(r->run.refuse);
     tide_status s = r->act == TRIM_REFUSED ? tide_trim(t, 0, NULL) : tide_malloc(t, 64 * mib, 0, &big);
     tide__host_faults_arm(0);
     r->act_calls = tide__host_faults_calls() - calls_before;
     r->act_chunks = tide__host_faults_aligned_calls() - chunks_before;
     tide_sim_inject_fault(sim, TIDE_SIM_UNMAP, 0, 0);
-    if (s != TIDE_OK && s != TIDE_EHOSTMEM && (r->act != TRIM_REFUSED || (s != TIDE_EDEVICE && s != TIDE_EBUSY)))
-        spare_broke(r, r->act == TRIM_REFUSED ? "tide_trim" : "tide_malloc", s);
-    spare_check(r, sim, t, "after the act");
+    if (r->act == TRIM_REFUSED)
+        after(&r->run, sim, t, "tide_trim", allowed(allowed(s, TIDE_EDEVICE), TIDE_EBUSY), 0);
+    else
+        after(&r->run, sim, t, "tide_malloc", s, 0);
 
     CHECK_OK(tide_free(t, a));
     CHECK_OK(tide_free(t, c));
@@ -377,34 +352,23 @@ static void spare_scenario(struct spare_run *r)
         CHECK_OK(tide_free(t, big));
     for (int k = 0; k < n; k++)
         CHECK_OK(tide_free(t, tiny[k]));
-    if ((s = tide_empty_cache(t, NULL)) != TIDE_OK)
-        spare_broke(r, "tide_empty_cache", s);
-    spare_check(r, sim, t, "after tide_empty_cache");
-    tide_stats st;
-    st.struct_size = sizeof st;
-    if (tide_get_stats(t, &st) == TIDE_OK && st.reserved_bytes[TIDE_POOL_ALL].current != 0)
-        spare_broke(r, "tide_empty_cache: memory left reserved", TIDE_OK);
-    s = tide_destroy(t);
-    tide_sim_counters cnt;
-    tide_sim_get_counters(sim, &cnt);
-    if (s != TIDE_OK || cnt.held_bytes != 0)
-        spare_broke(r, "tide_destroy", s);
-    tide_sim_destroy(sim);
+    finish_run(&r->run, sim, t, NULL, 0, 1);
 }
 
 static void spare_sweep(const char *name, enum spare_act act, const char *conf, int spares)
 {
-    struct spare_run clean = {act, conf, spares, 0, 0, 0, NULL, TIDE_OK};
+    struct spare_run clean = {act, spares, 0, 0, {0, conf, false, NULL, TIDE_OK, 0}};
     spare_scenario(&clean);
-    CHECK(clean.failed_at == NULL);
+    CHECK(clean.run.failed_at == NULL);
     CHECK(clean.act_chunks == 1); /* the heap did run out of spare block structs during the act */
     unsigned long survived = 0;
     for (unsigned long k = 1; k <= clean.act_calls; k++) {
-        struct spare_run r = {act, conf, spares, k, 0, 0, NULL, TIDE_OK};
+        struct spare_run r = {act, spares, 0, 0, {k, conf, false, NULL, TIDE_OK, 0}};
         spare_scenario(&r);
-        if (r.failed_at) {
-            fprintf(stderr, "%s, %d spare(s): host allocation %lu of %lu refused: broke %s (%s): %s\n", name,
-                    spares, k, clean.act_calls, r.failed_at, tide_status_name(r.failed_with), tide_last_error());
+        if (r.run.failed_at) {
+            fprintf(stderr, "%s, %d spare(s): host allocation %lu of %lu refused: %s broke at step %d (%s): %s\n",
+                    name, spares, k, clean.act_calls, r.run.failed_at, r.run.step,
+                    tide_status_name(r.run.failed_with), tide_last_error());
             harness_failures++;
         } else {
             survived++;
