@@ -11,7 +11,8 @@
 //                                    TIDEPOOL_CONF=expandable_segments:True, for those variants)
 //   gpu_bench history N TRACE...     what tidepool's history costs: warm replays through tidepool with
 //                                    the history off and on (a ring of N events) taking turns, one of
-//                                    each per round, in one process; medians and their ratio
+//                                    each per round, each after an untimed replay in its state, in one
+//                                    process; medians and their ratio
 //   TIDEPOOL_HISTORY=N               tidepool records a history of the last N events all along
 //
 // Built by bench/build_gpu_bench.sh against the installed PyTorch (c10, c10_cuda) and CUDA runtime.
@@ -346,20 +347,36 @@ void replay_all(Allocators &a, const std::vector<const bench_allocator *> &which
     }
 }
 
-// The history's cost: warm tidepool replays with the history off, then on, one of each per round, so
-// that drift falls on both alike. The ring is made and freed between replays, outside the timing.
+// The history's cost: warm tidepool replays with the history off and on, taking turns, in one process,
+// so that drift falls on both alike. Each turn first sets its state (tide_history_start makes and
+// touches the ring; tide_history_stop frees it) and replays once untimed, then times a replay: what is
+// compared is the steady cost of recording, not the one-time making of a ring (a ring of 65,536 events
+// is 1 MiB, and writing it out evicts much of the caches right before the replay), which the first
+// method here (bench/results before run 19) charged to every "on" replay. The order alternates (off
+// first in even rounds, on first in odd ones), so neither setting always follows the other.
 void history_cost(Allocators &a, size_t events, const trace &t, const char *name, int rounds)
 {
     replay_cold(a, &a.tidepool, t);
     std::vector<double> off, on, ratio;
-    for (int r = 0; r < rounds; r++) {
-        off.push_back(replay_once(a, &a.tidepool, t, 0, false));
-        if (tide_history_start(a.tide, events, 0) != TIDE_OK) {
+    auto turn = [&](bool history_on) {
+        if (history_on && tide_history_start(a.tide, events, 0) != TIDE_OK) {
             fprintf(stderr, "tidepool: %s\n", tide_last_error());
             exit(1);
         }
-        on.push_back(replay_once(a, &a.tidepool, t, 0, false));
-        tide_history_stop(a.tide);
+        replay_once(a, &a.tidepool, t, 0, false);
+        double ns = replay_once(a, &a.tidepool, t, 0, false);
+        if (history_on)
+            tide_history_stop(a.tide);
+        return ns;
+    };
+    for (int r = 0; r < rounds; r++) {
+        if (r % 2 == 0) {
+            off.push_back(turn(false));
+            on.push_back(turn(true));
+        } else {
+            on.push_back(turn(true));
+            off.push_back(turn(false));
+        }
         ratio.push_back(on.back() / off.back());
     }
     double best_off = *std::min_element(off.begin(), off.end());
