@@ -223,7 +223,8 @@ static bool worth_splitting(const struct segment *seg, size_t size, size_t round
     /* In a run of pages every size shares the pool (pool_for_size), so any rest can serve a later
      * request, and its whole pages can be unmapped; in a reserved segment a small rest would only
      * fragment the large pool. */
-    return seg->arena ? rest >= TIDE_UNIT : rest > TIDE_LARGE_SPLIT_MIN_REST;
+    size_t least = seg->arena ? TIDE_UNIT : TIDE_LARGE_SPLIT_MIN_REST + 1;
+    return rest >= least;
 }
 
 /* n->prev = prev, unless n is NULL (the end of the segment). Whether a block is its segment's last is a
@@ -247,14 +248,14 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
     }
     free_index_remove(fi, b);
     int64_t idle_segment = 0;
-    if (b->seg->idle) {
+    if (__builtin_expect(b->seg->idle, 0)) {
         idle_segment = (int64_t)b->seg->size;
         idle_unlink(h, b->seg);
     }
 
-    if (worth_splitting(b->seg, b->size, rounded, h->owner->conf.max_split_size)) {
+    if (__builtin_expect(worth_splitting(b->seg, b->size, rounded, h->owner->conf.max_split_size), 1)) {
         struct block *rest = block_new(h);
-        if (rest) { /* without host memory for a block struct, hand out the whole block instead */
+        if (__builtin_expect(rest != NULL, 1)) { /* without host memory for a block struct, hand out the whole block instead */
             rest->seg = b->seg;
             rest->addr = b->addr + rounded;
             rest->size = b->size - rounded;
@@ -329,7 +330,7 @@ static size_t make_free(struct heap *h, struct block *b, bool stamp_given, uint6
         block_recycle(h, next);
     }
     free_index_insert(fi, b);
-    if (!covers_segment(b))
+    if (__builtin_expect(!covers_segment(b), 1))
         return 0;
     idle_append_at(h, b->seg, stamp_given ? since : idle_stamp(h));
     return b->seg->size;

@@ -210,6 +210,7 @@ struct ptr_map {
     struct block **slots;
     size_t cap;                       /* a power of two, or 0 */
     size_t count;
+    size_t grow_at;                   /* the count at which an insert first grows the table */
 };
 tide_status ptr_map_insert(struct ptr_map *m, struct block *b);
 struct block *ptr_map_get(const struct ptr_map *m, uintptr_t addr);
@@ -315,10 +316,14 @@ void stats_collect_locked(tide_allocator *t, tide_stats *out);
 size_t stats_to_json(const tide_stats *s, char *buf, size_t cap);
 static inline int public_pool(enum pool_kind pool) { return pool == POOL_SMALL ? TIDE_POOL_SMALL : TIDE_POOL_LARGE; }
 
+/* A new peak is rare: hinted so, GCC moves its store out of line, where without the hint it laid it out
+ * as a jump over the store taken at nearly every event (twelve a pair on the random patterns). Taken
+ * jumps on the hot path cost time on the H200 machine's host (bench/results/2026-12-01-run19.md); a
+ * conditional move instead stored every peak every time, and was slower. */
 static inline void rise(struct counter *c, int64_t d)
 {
     c->cur += d;
-    if (c->cur > c->peak)
+    if (__builtin_expect(c->cur > c->peak, 0))
         c->peak = c->cur;
 }
 
@@ -326,7 +331,7 @@ static inline void fall(struct counter *c, int64_t d) { c->cur -= d; }
 
 static inline void peak_at_least(int64_t *peak, int64_t value)
 {
-    if (value > *peak)
+    if (__builtin_expect(value > *peak, 0))
         *peak = value;
 }
 
@@ -350,7 +355,7 @@ static inline void peak_at_least(int64_t *peak, int64_t value)
  * both pools. */
 static inline void cache_gained(struct heap_stats *s, enum pool_kind pool, int64_t idle_segment)
 {
-    if (idle_segment) {
+    if (__builtin_expect(idle_segment != 0, 0)) {
         BOTH(s, pool, p, {
             peak_at_least(&p->cached_peak, pool_cached(p));
             p->idle += idle_segment;
@@ -372,7 +377,7 @@ static inline void stats_take(struct heap_stats *s, enum pool_kind pool, int64_t
         rise(&p->allocation, 1);
         peak_at_least(&p->active_peak, pool_active(p));
     });
-    if (idle_segment) { /* a wholly free segment is split: what stays FREE is split cache now */
+    if (__builtin_expect(idle_segment != 0, 0)) { /* a wholly free segment is split: what stays FREE is split cache now */
         BOTH(s, pool, p, {
             p->idle -= idle_segment;
             peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));

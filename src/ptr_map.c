@@ -26,6 +26,8 @@ static inline size_t slot_of(uintptr_t addr, size_t cap)
     return (size_t)(h >> 32) & (cap - 1);
 }
 
+#define SPARSE_SLOTS ((size_t)1 << 16)
+
 static tide_status grow(struct ptr_map *m)
 {
     size_t cap = m->cap ? m->cap * 2 : 256;
@@ -46,21 +48,19 @@ static tide_status grow(struct ptr_map *m)
     free(m->slots);
     m->slots = slots;
     m->cap = cap;
+    m->grow_at = cap / (cap < SPARSE_SLOTS ? 16 : 8);
     return TIDE_OK;
 }
 
-#define SPARSE_SLOTS ((size_t)1 << 16)
-
 tide_status ptr_map_insert(struct ptr_map *m, struct block *b)
 {
-    size_t slots_per_block = m->cap < SPARSE_SLOTS ? 16 : 8;
-    if ((m->count + 1) * slots_per_block > m->cap) {
+    if (__builtin_expect(m->count >= m->grow_at, 0)) {
         tide_status s = grow(m);
         if (s != TIDE_OK)
             return s;
     }
     size_t i = slot_of(b->addr, m->cap);
-    while (m->slots[i])
+    while (__builtin_expect(m->slots[i] != NULL, 0)) /* the table is sparse: the home slot, mostly */
         i = (i + 1) & (m->cap - 1);
     m->slots[i] = b;
     b->map_slot = (uint32_t)i;
@@ -74,7 +74,7 @@ struct block *ptr_map_get(const struct ptr_map *m, uintptr_t addr)
         return NULL;
     size_t i = slot_of(addr, m->cap);
     for (struct block *b; (b = m->slots[i]); i = (i + 1) & (m->cap - 1))
-        if (b->addr == addr)
+        if (__builtin_expect(b->addr == addr, 1)) /* mostly the first slot looked at */
             return b;
     return NULL;
 }
@@ -85,7 +85,7 @@ void ptr_map_remove(struct ptr_map *m, struct block *b)
     size_t i = b->map_slot;
     /* Backward-shift: move each later entry of the run into the hole if its home slot allows it. */
     size_t hole = i;
-    for (size_t j = (i + 1) & mask; m->slots[j]; j = (j + 1) & mask) {
+    for (size_t j = (i + 1) & mask; __builtin_expect(m->slots[j] != NULL, 0); j = (j + 1) & mask) {
         size_t home = slot_of(m->slots[j]->addr, m->cap);
         /* The entry at j may move to hole unless its home lies cyclically in (hole, j]. */
         bool home_after_hole = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
@@ -103,5 +103,5 @@ void ptr_map_free(struct ptr_map *m)
 {
     free(m->slots);
     m->slots = NULL;
-    m->cap = m->count = 0;
+    m->cap = m->count = m->grow_at = 0;
 }
