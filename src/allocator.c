@@ -126,7 +126,7 @@ __attribute__((noinline)) static tide_status heap_for_stream_slow(tide_allocator
 
 static inline tide_status heap_for_stream(tide_allocator *t, tide_stream stream, struct heap **out)
 {
-    if (__builtin_expect(last_heap.allocator_id == t->id && last_heap.stream == stream, 1)) {
+    if (TIDE_LIKELY(last_heap.allocator_id == t->id && last_heap.stream == stream)) {
         *out = last_heap.heap;
         return TIDE_OK;
     }
@@ -458,10 +458,10 @@ tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream,
         b = heap_take_fit(h, pool, rounded, size, &s);
     }
     /* The alloc event is recorded under the lock, before anyone can free the block. */
-    if (__builtin_expect(b != NULL, 1))
+    if (TIDE_LIKELY(b != NULL))
         history_heap_alloc(h, b, size, site);
     heap_unlock(h);
-    if (__builtin_expect(!b, 0) && s == TIDE_OK) {
+    if (TIDE_UNLIKELY(!b) && s == TIDE_OK) {
         s = pressure_malloc(t, h, pool, rounded, size, &b);
         allocator_debug_check(t, 1, "tide_malloc (slow path)");
         /* The lock only for a history's sake (its ring is written under it): a start that races
@@ -473,7 +473,7 @@ tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream,
         }
     }
     /* A block that fails here is freed again: its free event follows its alloc event. */
-    if (b && __builtin_expect(t->conf.scrub || t->guard, 0) && (s = prepare_block(t, h, b)) != TIDE_OK)
+    if (b && TIDE_UNLIKELY(t->conf.scrub || t->guard) && (s = prepare_block(t, h, b)) != TIDE_OK)
         b = NULL;
     if (b)
         *out = (void *)(b->addr + t->guard);
@@ -526,11 +526,11 @@ tide_status tide_free(tide_allocator *t, void *ptr)
     struct heap *h;
     struct block *b = NULL;
     /* Most frees come from the thread that allocated, on the same stream: try that heap first. */
-    if (__builtin_expect(last_heap.allocator_id == t->id, 1)) {
+    if (TIDE_LIKELY(last_heap.allocator_id == t->id)) {
         h = last_heap.heap;
         heap_lock(h);
         b = ptr_map_get(&h->map, (uintptr_t)ptr - t->guard);
-        if (__builtin_expect(!b, 0))
+        if (TIDE_UNLIKELY(!b))
             heap_unlock(h);
     }
     if (!b) {
@@ -540,7 +540,7 @@ tide_status tide_free(tide_allocator *t, void *ptr)
     }
     if (b->state == BLOCK_PENDING)
         return refuse_pending_free(h, ptr);
-    if (__builtin_expect(t->guard != 0, 0))
+    if (TIDE_UNLIKELY(t->guard != 0))
         return free_with_guard(t, ptr, h, b, __builtin_return_address(0));
     tide_status s = lifecycle_free(h, b, __builtin_return_address(0));
     heap_unlock(h);

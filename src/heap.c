@@ -248,14 +248,15 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
     }
     free_index_remove(fi, b);
     int64_t idle_segment = 0;
-    if (__builtin_expect(b->seg->idle, 0)) {
+    if (TIDE_UNLIKELY(b->seg->idle)) {
         idle_segment = (int64_t)b->seg->size;
         idle_unlink(h, b->seg);
     }
 
-    if (__builtin_expect(worth_splitting(b->seg, b->size, rounded, h->owner->conf.max_split_size), 1)) {
+    if (TIDE_LIKELY(worth_splitting(b->seg, b->size, rounded, h->owner->conf.max_split_size))) {
         struct block *rest = block_new(h);
-        if (__builtin_expect(rest != NULL, 1)) { /* without host memory for a block struct, hand out the whole block instead */
+        /* without host memory for a block struct, hand out the whole block instead */
+        if (TIDE_LIKELY(rest != NULL)) {
             rest->seg = b->seg;
             rest->addr = b->addr + rounded;
             rest->size = b->size - rounded;
@@ -330,7 +331,7 @@ static size_t make_free(struct heap *h, struct block *b, bool stamp_given, uint6
         block_recycle(h, next);
     }
     free_index_insert(fi, b);
-    if (__builtin_expect(!covers_segment(b), 1))
+    if (TIDE_LIKELY(!covers_segment(b)))
         return 0;
     idle_append_at(h, b->seg, stamp_given ? since : idle_stamp(h));
     return b->seg->size;

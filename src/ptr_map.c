@@ -54,13 +54,13 @@ static tide_status grow(struct ptr_map *m)
 
 tide_status ptr_map_insert(struct ptr_map *m, struct block *b)
 {
-    if (__builtin_expect(m->count >= m->grow_at, 0)) {
+    if (TIDE_UNLIKELY(m->count >= m->grow_at)) {
         tide_status s = grow(m);
         if (s != TIDE_OK)
             return s;
     }
     size_t i = slot_of(b->addr, m->cap);
-    while (__builtin_expect(m->slots[i] != NULL, 0)) /* the table is sparse: the home slot, mostly */
+    while (TIDE_UNLIKELY(m->slots[i] != NULL)) /* the table is sparse: the home slot, mostly */
         i = (i + 1) & (m->cap - 1);
     m->slots[i] = b;
     b->map_slot = (uint32_t)i;
@@ -74,7 +74,7 @@ struct block *ptr_map_get(const struct ptr_map *m, uintptr_t addr)
         return NULL;
     size_t i = slot_of(addr, m->cap);
     for (struct block *b; (b = m->slots[i]); i = (i + 1) & (m->cap - 1))
-        if (__builtin_expect(b->addr == addr, 1)) /* mostly the first slot looked at */
+        if (TIDE_LIKELY(b->addr == addr)) /* mostly the first slot looked at */
             return b;
     return NULL;
 }
@@ -85,7 +85,7 @@ void ptr_map_remove(struct ptr_map *m, struct block *b)
     size_t i = b->map_slot;
     /* Backward-shift: move each later entry of the run into the hole if its home slot allows it. */
     size_t hole = i;
-    for (size_t j = (i + 1) & mask; __builtin_expect(m->slots[j] != NULL, 0); j = (j + 1) & mask) {
+    for (size_t j = (i + 1) & mask; TIDE_UNLIKELY(m->slots[j] != NULL); j = (j + 1) & mask) {
         size_t home = slot_of(m->slots[j]->addr, m->cap);
         /* The entry at j may move to hole unless its home lies cyclically in (hole, j]. */
         bool home_after_hole = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
