@@ -1,5 +1,5 @@
 #!/bin/sh
-# Instructions per allocator operation, counted by valgrind's callgrind: a figure that does not move
+# Instructions (and taken jumps) per allocator operation, counted by valgrind's callgrind: a figure that does not move
 # with machine noise, so speed regressions show without a GPU. Replays each shipped trace on the
 # simulated device with no simulated kernels, counting only the replay loop (the trace is read first,
 # outside the count).
@@ -12,12 +12,24 @@ TOOL="$BUILD/tidepool"
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-printf "%-24s %12s %16s %14s\n" trace operations instructions "per operation"
+# Taken jumps: those of the tidepool binary itself (the library and the replay loop; the C library's
+# memset and memcpy left out), summed from callgrind's jump lines. A jump taken on the hot path costs
+# time beyond its instruction on the H200 machine's host (bench/results/2026-12-01-run19.md);
+# bench/taken_jumps.py lists them by place.
+taken_jumps() {
+    awk -v tool="$(basename "$TOOL")" '
+        /^c?ob=/ { id = $1; sub(/^c?ob=/, "", id); if (NF > 1) name[id] = $2 }  # a name is given once, by ob= or cob=
+        /^ob=/ { n = split(name[id], p, "/"); mine = (p[n] == tool) }
+        /^(jcnd|jump)=/ && mine { split($1, a, "[=/]"); taken += a[2] }
+        END { print taken + 0 }' "$1"
+}
+printf "%-24s %12s %16s %14s %14s\n" trace operations instructions "per operation" "taken jumps/op"
 for trace in traces/*.csv.gz; do
-    valgrind --tool=callgrind --callgrind-out-file="$tmp/out" --toggle-collect=replay_passes \
+    valgrind --tool=callgrind --collect-jumps=yes --callgrind-out-file="$tmp/out" --toggle-collect=replay_passes \
         "$TOOL" replay --device-work none --no-chart --json "$trace" > "$tmp/json" 2> "$tmp/log"
     ops=$(sed -n 's/.*"ops": \([0-9]*\).*/\1/p' "$tmp/json")
     ir=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$tmp/out")
     [ -n "$ir" ] || ir=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$tmp/out")
-    printf "%-24s %12s %16s %14.1f\n" "$(basename "$trace")" "$ops" "$ir" "$(echo "$ir $ops" | awk '{print $1/$2}')"
+    printf "%-24s %12s %16s %14.1f %14.1f\n" "$(basename "$trace")" "$ops" "$ir" \
+        "$(echo "$ir $ops" | awk '{print $1/$2}')" "$(echo "$(taken_jumps "$tmp/out") $ops" | awk '{print $1/$2}')"
 done
