@@ -33,8 +33,8 @@
 /* ---- Sizes: may be tuned ------------------------------------------------------------------------ */
 /* Which side of a branch on the hot path is common. Unhinted, GCC laid out the common side of many out
  * of line, behind a jump taken at nearly every call: 41.6 taken jumps per alloc+free pair of random
- * sizes, and the H200 machine's host pays for each (16.8 with the hints; 0.3-3% faster pairs:
- * bench/results/2026-12-01-run19.md). A hint marks a side that is rare by design (a debug level, a
+ * sizes, and the H200 machine's host pays for each (16.8 with the hints, and pairs faster by the
+ * medians in 11 of 12 comparisons, by about 1-3%: bench/results/2026-12-01-run19.md). A hint marks a side that is rare by design (a debug level, a
  * guard, a new peak, a table's growth) or that callgrind's jump counts showed to be the common one on
  * the micro patterns and the replays alike; a test that goes either way gets none. */
 #define TIDE_LIKELY(x) __builtin_expect(!!(x), 1)
@@ -735,8 +735,8 @@ void history_record(tide_allocator *t, uint32_t kind, tide_stream stream, uint64
  * The test for a history carries no "unlikely" hint: with one, GCC moved the recording out of line,
  * two taken jumps away (there and back) at every event; without, it is straight-line code that the
  * path with no history jumps over. On the H200 machine the history's cost on the replays fell from
- * 1.2-5.5% to -0.5-3.9% (65,536 events), and the path with no history did not slow down
- * (bench/results/2026-12-01-run19.md). */
+ * 3.4-5.6% to 3.1-4.4% (medians over the rounds, by trace and ring size), and the path with no
+ * history did not slow down (bench/results/2026-12-01-run19.md). */
 void history_heap_slow(struct heap *h, uint32_t kind, uint64_t addr, uint64_t size, const char *tag,
                        const void *site);
 /* The event into the heap's ring at e, its next entry (not NULL: a history is on). */
