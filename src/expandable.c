@@ -639,10 +639,7 @@ static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t excep
                 done += unmapped;
             }
             if (s == TIDE_OK) {
-                heap_lock(h);
-                heap_released(h, seg);
-                heap_unlock(h);
-                segment_struct_recycle(t, seg);
+                segment_released(t, h, seg);
                 continue;
             }
             if (first_error == TIDE_OK) {
@@ -682,11 +679,7 @@ tide_status expandable_unmap_run(tide_allocator *t, struct segment *seg, size_t 
 
 void expandable_reattach_run(tide_allocator *t, struct heap *h, struct segment *seg)
 {
-    atomic_store_explicit(&seg->heap, h, memory_order_release);
-    segment_map_enter(&t->segmap, seg, seg->base + seg->size); /* its tables are there still */
-    heap_lock(h);
-    heap_reattach_idle(h, seg);
-    heap_unlock(h);
+    segment_reattach(t, h, seg);
     if (!in_arena_list(seg))
         run_insert(seg->arena, seg);
 }

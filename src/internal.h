@@ -614,6 +614,12 @@ uint64_t pressure_release_everything(tide_allocator *t);
 /* Shared with expandable.c, under the pressure lock. */
 struct segment *segment_struct(tide_allocator *t);
 void segment_struct_recycle(tide_allocator *t, struct segment *seg);
+/* After the backend took a detached wholly free segment (or run) back: its block struct goes to heap h,
+ * the segment struct to the spares. Takes h's lock. */
+void segment_released(tide_allocator *t, struct heap *h, struct segment *seg);
+/* After the backend refused to take it: the segment goes back into the segment map and into heap h as
+ * idle, so nothing is lost. Takes h's lock. */
+void segment_reattach(tide_allocator *t, struct heap *h, struct segment *seg);
 /* Why memory is released: only releases made to stay under the high-water mark are remembered. */
 enum release_reason { RELEASE_ASKED, RELEASE_FOR_HIGH_WATER };
 bool recently_released(tide_allocator *t, size_t size);

@@ -50,6 +50,24 @@ void segment_struct_recycle(tide_allocator *t, struct segment *seg)
     t->spare_segments = seg;
 }
 
+void segment_released(tide_allocator *t, struct heap *h, struct segment *seg)
+{
+    heap_lock(h);
+    heap_released(h, seg);
+    heap_unlock(h);
+    segment_struct_recycle(t, seg);
+}
+
+void segment_reattach(tide_allocator *t, struct heap *h, struct segment *seg)
+{
+    /* Its heap first: a reader of the segment map that finds it then finds h, whose lock it waits on. */
+    atomic_store_explicit(&seg->heap, h, memory_order_release);
+    segment_map_enter(&t->segmap, seg, seg->base + seg->size); /* its tables are there still */
+    heap_lock(h);
+    heap_reattach_idle(h, seg);
+    heap_unlock(h);
+}
+
 /* Reserves a segment of size bytes, within the limit. TIDE_ENOMEM without a message when the limit or
  * the device says no; other errors with a message. */
 static tide_status reserve_segment(tide_allocator *t, enum pool_kind pool, size_t size,
@@ -141,10 +159,7 @@ static tide_status release_segments(tide_allocator *t, struct heap *h, struct se
             note_released(t, gone, why, r);
         }
         if (s == TIDE_OK) {
-            heap_lock(h);
-            heap_released(h, seg);
-            heap_unlock(h);
-            segment_struct_recycle(t, seg);
+            segment_released(t, h, seg);
             continue;
         }
         if (first_error == TIDE_OK) {
@@ -154,14 +169,10 @@ static tide_status release_segments(tide_allocator *t, struct heap *h, struct se
                                                   format_bytes(seg->size, sz),
                                                   (unsigned long long)seg->base, be->name);
         }
-        if (seg->arena) {
+        if (seg->arena)
             expandable_reattach_run(t, h, seg);
-            continue;
-        }
-        segment_map_enter(&t->segmap, seg, seg->base + seg->size); /* its tables are there still */
-        heap_lock(h);
-        heap_reattach_idle(h, seg);
-        heap_unlock(h);
+        else
+            segment_reattach(t, h, seg);
     }
     return first_error;
 }
