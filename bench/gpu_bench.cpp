@@ -31,6 +31,7 @@
 
 extern "C" {
 #include "micro_patterns.h"
+#include "replay_pass.h"
 #include "tidepool.h"
 #include "trace.h"
 }
@@ -257,25 +258,15 @@ double replay_once(Allocators &a, const bench_allocator *al, const trace &t, uin
 {
     std::vector<void *> ptr(t.nallocs, nullptr);
     std::vector<size_t> size(t.nallocs, 0);
-    double t0 = bench_now();
-    for (size_t i = 0; i < t.nops; i++) {
-        const trace_op &op = t.ops[i];
-        if (op.kind == TRACE_ALLOC) {
-            size[op.id] = op.size;
-            ptr[op.id] = al->alloc(al->ctx, op.size, stream);
-        } else if (op.kind == TRACE_EMPTY_CACHE) {
-            if (with_empty_cache)
-                empty_cache(a, al);
-        } else {
-            al->free(al->ctx, ptr[op.id], size[op.id], stream);
-            ptr[op.id] = nullptr;
-        }
-    }
-    double seconds = bench_now() - t0;
-    for (size_t i = 0; i < t.nallocs; i++)
-        if (ptr[i])
-            al->free(al->ctx, ptr[i], size[i], stream);
-    return seconds * 1e9 / (double)t.nops;
+    struct EmptyCache {
+        Allocators *a;
+        const bench_allocator *al;
+    } ec{&a, al};
+    auto call = [](void *arg) {
+        auto *e = static_cast<EmptyCache *>(arg);
+        empty_cache(*e->a, e->al);
+    };
+    return bench_replay_pass(al, &t, ptr.data(), size.data(), stream, with_empty_cache ? +call : nullptr, &ec);
 }
 
 // The driver allocations and frees an allocator has made so far (with virtual memory: maps and unmaps),

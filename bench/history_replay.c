@@ -11,6 +11,7 @@
  * off and on, their ratio, and the median of the rounds' own ratios.
  */
 #include "micro_patterns.h"
+#include "replay_pass.h"
 #include "tidepool.h"
 #include "trace.h"
 
@@ -27,38 +28,38 @@ static void fail(const char *what)
     exit(1);
 }
 
-/* One pass over the trace, every stream's operations on the default one; ns per operation. */
-static double replay(tide_allocator *t, const struct trace *tr, void **ptr)
+static void *tide_alloc_fn(void *ctx, size_t size, uintptr_t stream)
 {
-    double t0 = bench_now();
-    for (size_t i = 0; i < tr->nops; i++) {
-        const struct trace_op *op = &tr->ops[i];
-        if (op->kind == TRACE_ALLOC) {
-            if (tide_malloc(t, op->size, 0, &ptr[op->id]) != TIDE_OK)
-                fail("tide_malloc");
-        } else if (op->kind == TRACE_FREE) {
-            if (tide_free(t, ptr[op->id]) != TIDE_OK)
-                fail("tide_free");
-            ptr[op->id] = NULL;
-        }
-    }
-    double seconds = bench_now() - t0;
-    for (size_t i = 0; i < tr->nallocs; i++) {
-        if (ptr[i] && tide_free(t, ptr[i]) != TIDE_OK)
-            fail("tide_free");
-        ptr[i] = NULL;
-    }
-    return seconds * 1e9 / (double)(tr->nops ? tr->nops : 1);
+    void *p = NULL;
+    if (tide_malloc(ctx, size, stream, &p) != TIDE_OK)
+        fail("tide_malloc");
+    return p;
+}
+
+static void tide_free_fn(void *ctx, void *p, size_t size, uintptr_t stream)
+{
+    (void)size;
+    (void)stream;
+    if (tide_free(ctx, p) != TIDE_OK)
+        fail("tide_free");
+}
+
+/* One pass over the trace (bench/replay_pass.h, as gpu_bench times it), every stream's operations on
+ * the default one, its empty_cache lines skipped; ns per operation. */
+static double replay(tide_allocator *t, const struct trace *tr, void **ptr, size_t *size)
+{
+    struct bench_allocator a = {"tidepool", t, tide_alloc_fn, tide_free_fn};
+    return bench_replay_pass(&a, tr, ptr, size, 0, NULL, NULL);
 }
 
 /* A turn: the state set, a replay untimed, then one timed. */
-static double turn(tide_allocator *t, const struct trace *tr, void **ptr, bool on, size_t events,
-                   unsigned flags)
+static double turn(tide_allocator *t, const struct trace *tr, void **ptr, size_t *size, bool on,
+                   size_t events, unsigned flags)
 {
     if (on && tide_history_start(t, events, flags) != TIDE_OK)
         fail("tide_history_start");
-    replay(t, tr, ptr);
-    double ns = replay(t, tr, ptr);
+    replay(t, tr, ptr, size);
+    double ns = replay(t, tr, ptr, size);
     if (on && tide_history_stop(t) != TIDE_OK)
         fail("tide_history_stop");
     return ns;
@@ -113,7 +114,8 @@ int main(int argc, char **argv)
             return 1;
         }
         void **ptr = calloc(tr.nallocs ? tr.nallocs : 1, sizeof *ptr);
-        if (!ptr) {
+        size_t *size = calloc(tr.nallocs ? tr.nallocs : 1, sizeof *size);
+        if (!ptr || !size) {
             fprintf(stderr, "history_replay: out of host memory for %zu allocations\n", tr.nallocs);
             return 1;
         }
@@ -121,10 +123,10 @@ int main(int argc, char **argv)
         for (int r = 0; r < rounds; r++) {
             bool on_first = r % 2 == 1;
             if (on_first)
-                on[r] = turn(t, &tr, ptr, true, events, flags);
-            off[r] = turn(t, &tr, ptr, false, events, flags);
+                on[r] = turn(t, &tr, ptr, size, true, events, flags);
+            off[r] = turn(t, &tr, ptr, size, false, events, flags);
             if (!on_first)
-                on[r] = turn(t, &tr, ptr, true, events, flags);
+                on[r] = turn(t, &tr, ptr, size, true, events, flags);
             ratio[r] = on[r] / off[r];
         }
         double m_off = bench_median(off, rounds), m_on = bench_median(on, rounds);
@@ -133,6 +135,7 @@ int main(int argc, char **argv)
                100.0 * (bench_median(ratio, rounds) - 1));
         fflush(stdout);
         free(ptr);
+        free(size);
         trace_free(&tr);
     }
     if (tide_destroy(t) != TIDE_OK)
