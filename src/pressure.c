@@ -60,7 +60,7 @@ void segment_released(tide_allocator *t, struct heap *h, struct segment *seg)
 
 void segment_reattach(tide_allocator *t, struct heap *h, struct segment *seg)
 {
-    /* Its heap first: a reader of the segment map that finds it then finds h, whose lock it waits on. */
+    /* Its heap first, so that a reader of the segment map never finds it without one. */
     atomic_store_explicit(&seg->heap, h, memory_order_release);
     segment_map_enter(&t->segmap, seg, seg->base + seg->size); /* its tables are there still */
     heap_lock(h);
