@@ -33,30 +33,13 @@ extern "C" {
 #include "micro_patterns.h"
 #include "replay_pass.h"
 #include "tidepool.h"
+#include "tidepool_bench.h"
 #include "trace.h"
 }
 
 namespace {
 
 // ---- the three allocators behind bench_allocator ----------------------------------------------------
-
-void *tide_alloc_fn(void *ctx, size_t size, uintptr_t stream)
-{
-    void *p = nullptr;
-    if (tide_malloc(static_cast<tide_allocator *>(ctx), size, stream, &p) != TIDE_OK) {
-        fprintf(stderr, "tide_malloc(%zu): %s\n", size, tide_last_error());
-        exit(1);
-    }
-    return p;
-}
-
-void tide_free_fn(void *ctx, void *p, size_t, uintptr_t)
-{
-    if (tide_free(static_cast<tide_allocator *>(ctx), p) != TIDE_OK) {
-        fprintf(stderr, "tide_free: %s\n", tide_last_error());
-        exit(1);
-    }
-}
 
 void *torch_alloc_fn(void *, size_t size, uintptr_t stream)
 {
@@ -80,7 +63,7 @@ void async_free_fn(void *, void *p, size_t, uintptr_t stream)
 struct Allocators {
     tide_allocator *tide = nullptr;
     cudaMemPool_t pool{};
-    bench_allocator tidepool{"tidepool", nullptr, tide_alloc_fn, tide_free_fn};
+    bench_allocator tidepool{"tidepool", nullptr, bench_tide_alloc, bench_tide_free};
     bench_allocator torch{"pytorch", nullptr, torch_alloc_fn, torch_free_fn};
     bench_allocator async{"cudaMallocAsync", nullptr, async_alloc_fn, async_free_fn};
 };
@@ -132,7 +115,7 @@ void micro(Allocators &a, int reps, const char *only)
             fprintf(stderr, "tidepool: %s\n", tide_last_error());
             exit(1);
         }
-        own_b[i] = bench_allocator{"tidepool", own[i], tide_alloc_fn, tide_free_fn};
+        own_b[i] = bench_tidepool("tidepool", own[i]);
         each[i] = &own_b[i];
     }
     // One pattern at a time, the three allocators taking turns within each repetition, so that the

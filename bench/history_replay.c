@@ -13,6 +13,7 @@
 #include "micro_patterns.h"
 #include "replay_pass.h"
 #include "tidepool.h"
+#include "tidepool_bench.h"
 #include "trace.h"
 
 #include <stdbool.h>
@@ -28,27 +29,11 @@ static void fail(const char *what)
     exit(1);
 }
 
-static void *tide_alloc_fn(void *ctx, size_t size, uintptr_t stream)
-{
-    void *p = NULL;
-    if (tide_malloc(ctx, size, stream, &p) != TIDE_OK)
-        fail("tide_malloc");
-    return p;
-}
-
-static void tide_free_fn(void *ctx, void *p, size_t size, uintptr_t stream)
-{
-    (void)size;
-    (void)stream;
-    if (tide_free(ctx, p) != TIDE_OK)
-        fail("tide_free");
-}
-
 /* One pass over the trace (bench/replay_pass.h, as gpu_bench times it), every stream's operations on
  * the default one, its empty_cache lines skipped; ns per operation. */
 static double replay(tide_allocator *t, const struct trace *tr, void **ptr, size_t *size)
 {
-    struct bench_allocator a = {"tidepool", t, tide_alloc_fn, tide_free_fn};
+    struct bench_allocator a = bench_tidepool("tidepool", t);
     return bench_replay_pass(&a, tr, ptr, size, 0, NULL, NULL);
 }
 

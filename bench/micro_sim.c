@@ -9,29 +9,10 @@
 #define _GNU_SOURCE /* sched_setaffinity, for BENCH_PIN=1 */
 #include "micro_patterns.h"
 #include "tidepool.h"
+#include "tidepool_bench.h"
 
 #include <string.h>
 #include <unistd.h>
-
-static void *t_alloc(void *ctx, size_t size, uintptr_t stream)
-{
-    void *p = NULL;
-    if (tide_malloc((tide_allocator *)ctx, size, stream, &p) != TIDE_OK) {
-        fprintf(stderr, "tide_malloc: %s\n", tide_last_error());
-        exit(1);
-    }
-    return p;
-}
-
-static void t_free(void *ctx, void *p, size_t size, uintptr_t stream)
-{
-    (void)size;
-    (void)stream;
-    if (tide_free((tide_allocator *)ctx, p) != TIDE_OK) {
-        fprintf(stderr, "tide_free: %s\n", tide_last_error());
-        exit(1);
-    }
-}
 
 /* The threaded pattern with nothing of the allocator shared: an allocator (and a device) per thread.
  * Returns ns per pair, or a negative number if one could not be made. */
@@ -50,7 +31,7 @@ static double separate_allocators(const tide_sim_options *o, int reps)
         tide_backend be = tide_sim_backend(sims[made]);
         if (tide_create(&be, NULL, &own[made]) != TIDE_OK)
             goto done;
-        tables[made] = (struct bench_allocator){"tidepool (sim)", own[made], t_alloc, t_free};
+        tables[made] = bench_tidepool("tidepool (sim)", own[made]);
         each[made] = &tables[made];
     }
     for (int r = 0; r < reps; r++)
@@ -91,7 +72,7 @@ int main(int argc, char **argv)
     tide_backend be = tide_sim_backend(sim);
     if (tide_create(&be, NULL, &t) != TIDE_OK)
         return 1;
-    struct bench_allocator a = {"tidepool (sim)", t, t_alloc, t_free};
+    struct bench_allocator a = bench_tidepool("tidepool (sim)", t);
     uintptr_t streams[8];
     for (int i = 0; i < 8; i++)
         tide_sim_stream_create(sim, &streams[i]);
