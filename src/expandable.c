@@ -553,7 +553,7 @@ static tide_status carve(tide_allocator *t, struct heap *h, const struct free_pa
 {
     struct segment *seg = fp->block->seg;
     struct segment *upper = segment_struct(t), *carved = segment_struct(t);
-    struct carve_blocks cb = {0}; /* set by heap_carve_blocks; zeroed so that an LTO link with -Wall sees it set */
+    struct carve_blocks cb = {0}; /* set by heap_carve_blocks; zeroed for LTO links under -Wall */
     tide_status s = upper && carved ? heap_carve_blocks(h, fp->block, fp->lo, fp->hi, &cb)
                                     : tide__fail(TIDE_EHOSTMEM, "out of host memory for a segment");
     if (s != TIDE_OK) {
