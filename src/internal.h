@@ -34,9 +34,10 @@
 /* Which side of a branch on the hot path is common. Unhinted, GCC laid out the common side of many out
  * of line, behind a jump taken at nearly every call: 41.6 taken jumps per alloc+free pair of random
  * sizes, and the H200 machine's host pays for each (16.8 with the hints, and pairs faster by the
- * medians in 11 of 12 comparisons, by about 1-3%: bench/results/2026-12-01-run19.md). A hint marks a side that is rare by design (a debug level, a
- * guard, a new peak, a table's growth) or that callgrind's jump counts showed to be the common one on
- * the micro patterns and the replays alike; a test that goes either way gets none. */
+ * medians in 11 of 12 comparisons, by about 1-3%: bench/results/2026-12-01-run19.md). A hint marks a
+ * side that is rare by design (a debug level, a guard, a new peak, a table's growth) or that
+ * callgrind's jump counts showed to be the common one on the micro patterns and the replays alike; a
+ * test that goes either way gets none. */
 #define TIDE_LIKELY(x) __builtin_expect(!!(x), 1)
 #define TIDE_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
