@@ -424,6 +424,19 @@ __attribute__((noinline, cold)) static tide_status refuse_size(const tide_alloca
                       format_bytes(size, a), format_bytes(t->device_total, b));
 }
 
+/* The fit of tide_malloc after PENDING blocks were drained (made FREE): the cache's peaks are checked
+ * once the fit has taken its block (stats_settle), or by pressure_malloc if it found none. Out of line:
+ * the fast path's code stays as it was for the allocations that drain nothing. */
+__attribute__((noinline)) static struct block *take_after_draining(struct heap *h, enum pool_kind pool,
+                                                                   size_t rounded, size_t requested,
+                                                                   tide_status *status)
+{
+    struct block *b = heap_take_fit(h, pool, rounded, requested, status);
+    if (b || *status != TIDE_OK)
+        stats_settle(&h->stats);
+    return b;
+}
+
 tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out)
 {
     return allocator_malloc(t, size, stream, out, __builtin_return_address(0));
@@ -453,9 +466,10 @@ tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream,
             heap_settle(h);
     }
     if (!b) {
-        if (h->pending_head)
-            lifecycle_poll(h);
-        b = heap_take_fit(h, pool, rounded, size, &s);
+        if (h->pending_head && lifecycle_poll(h))
+            b = take_after_draining(h, pool, rounded, size, &s);
+        else
+            b = heap_take_fit(h, pool, rounded, size, &s);
     }
     /* The alloc event is recorded under the lock, before anyone can free the block. */
     if (TIDE_LIKELY(b != NULL))

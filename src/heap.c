@@ -467,7 +467,8 @@ static bool wholly_free(const struct segment *seg)
 
 /* A run's pages enter or leave the pool's statistics (around a change of the run). Its blocks stay
  * counted as they are (ACTIVE, PENDING), so between the two calls the derived statistics are off by
- * the run; they are checked for a peak only once the run is counted again. */
+ * the run. The cache's peaks and the segment count's are checked by the call that changed the run,
+ * once it is done (stats_settle). */
 static void run_stats(struct heap *h, struct segment *seg, bool adding)
 {
     int64_t size = (int64_t)seg->size;
@@ -476,11 +477,9 @@ static void run_stats(struct heap *h, struct segment *seg, bool adding)
     BOTH(&h->stats, pool, p, {
         if (adding) {
             rise(&p->reserved, size);
-            rise(&p->segment, 1);
+            p->segment.cur++; /* its peak: stats_settle */
             if (whole)
                 p->idle += size;
-            peak_at_least(&p->cached_peak, pool_cached(p));
-            peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
         } else {
             fall(&p->reserved, size);
             fall(&p->segment, 1);

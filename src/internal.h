@@ -417,23 +417,42 @@ static inline void stats_active_to_pending(struct heap_stats *s, enum pool_kind 
     });
 }
 
+/* The cache's peaks: stats_settle, by the call that drains. */
 static inline void stats_pending_to_free(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t idle_segment)
 {
     BOTH(s, pool, p, {
         fall(&p->pending, size);
         fall(&p->pending_blocks, 1);
     });
-    cache_gained(s, pool, idle_segment);
+    if (TIDE_UNLIKELY(idle_segment != 0))
+        BOTH(s, pool, p, p->idle += idle_segment);
 }
 
 static inline void stats_segment_added(struct heap_stats *s, enum pool_kind pool, int64_t size)
 {
     BOTH(s, pool, p, {
         rise(&p->reserved, size);
-        rise(&p->segment, 1);
+        p->segment.cur++;
         p->idle += size;
-        peak_at_least(&p->cached_peak, pool_cached(p));
     });
+}
+
+/* Some changes raise the cache or the segment count only for a moment inside one call: memory added
+ * for a request is wholly cached until the block is taken from it, a new run is a segment of its own
+ * until it joins its neighbour, blocks drained at an allocation are cached until the fit takes one,
+ * and the emptying of the cache drains blocks to release them. So those changes (stats_segment_added,
+ * stats_pending_to_free, and the runs' changes in heap.c) leave the cache's two peaks and the segment
+ * count's alone, and every call that makes them checks the peaks here once it is done: the pressure
+ * entry points (for every heap), tide_malloc after a drain, tide_release. Each peak then stays a value
+ * the statistic had between two calls (test_peaks_are_exact_with_one_stream). */
+static inline void stats_settle(struct heap_stats *s)
+{
+    for (int k = 0; k < TIDE_POOL_COUNT; k++) {
+        struct pool_stats *p = &s->pool[k];
+        peak_at_least(&p->cached_peak, pool_cached(p));
+        peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
+        peak_at_least(&p->segment.peak, p->segment.cur);
+    }
 }
 
 static inline void stats_segment_removed(struct heap_stats *s, enum pool_kind pool, int64_t size)
@@ -539,7 +558,8 @@ size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct seg
 /* Under h->lock: merges the parked block into the cache, as tide_free would have at once. */
 void heap_settle(struct heap *h);
 /* Every path but tide_malloc's takes a heap's lock with heap_lock, which settles the parked block
- * first: no other code sees one. tide_malloc takes it with heap_lock_fast, to reuse the block. */
+ * first: no other code sees one. tide_malloc takes it with heap_lock_fast, to reuse the block, and so
+ * does pressure.c's settle_all, which reads only the statistics. */
 static inline void heap_lock(struct heap *h)
 {
     spin_lock_acquire(&h->lock);

@@ -224,7 +224,8 @@ tide_status lifecycle_free(struct heap *h, struct block *b, const void *site)
 tide_status lifecycle_release(struct heap *h, struct block *b)
 {
     b->refs--;
-    finish_if_done(h, b);
+    if (finish_if_done(h, b))
+        stats_settle(&h->stats);
     return TIDE_OK;
 }
 

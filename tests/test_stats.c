@@ -1,8 +1,11 @@
 /*
- * Statistics: the identities between them hold at every point, peaks rise and reset, the versioned
- * struct fills only what the caller knows, and the JSON carries the same numbers under PyTorch's names.
+ * Statistics: the identities between them hold at every point, peaks rise and reset, each peak is the
+ * highest value seen between two calls (with one stream), the versioned struct fills only what the
+ * caller knows, and the JSON carries the same numbers under PyTorch's names.
  */
 #include "harness.h"
+
+#include <stdbool.h>
 
 #define ALL TIDE_POOL_ALL
 
@@ -155,6 +158,147 @@ static void test_several_streams_add_up(void)
     fixture_close(&f);
 }
 
+/* ---- peaks are exact ------------------------------------------------------------------------------- */
+
+/* Every statistic of one pool, in the order of tide_stats. */
+#define STAT_KINDS 10
+static const tide_stat *stat_of(const tide_stats *s, int kind, int pool)
+{
+    const tide_stat *kinds[STAT_KINDS] = {
+        s->reserved_bytes,       s->allocated_bytes, s->requested_bytes, s->active_bytes,
+        s->pending_free_bytes,   s->cached_bytes,    s->inactive_split_bytes,
+        s->allocation,           s->segment,         s->pending_free_blocks,
+    };
+    return &kinds[kind][pool];
+}
+static const char *const stat_names[STAT_KINDS] = {
+    "reserved_bytes", "allocated_bytes", "requested_bytes", "active_bytes", "pending_free_bytes",
+    "cached_bytes",   "inactive_split_bytes", "allocation", "segment", "pending_free_blocks",
+};
+
+/* The highest current value each statistic showed after any call so far, as a program polling
+ * tide_get_stats after every call would see it. */
+struct seen_peaks {
+    int64_t peak[STAT_KINDS][TIDE_POOL_COUNT];
+};
+
+static void seen_reset(struct seen_peaks *seen, const tide_stats *s)
+{
+    for (int kind = 0; kind < STAT_KINDS; kind++)
+        for (int pool = 0; pool < TIDE_POOL_COUNT; pool++)
+            seen->peak[kind][pool] = stat_of(s, kind, pool)->current;
+}
+
+/* With one stream, each peak is exact: the highest value the statistic had between two calls, no
+ * more (a value passed through inside a call does not count) and no less. Returns the mismatches. */
+static int peaks_match(struct seen_peaks *seen, const tide_stats *s, int step, const char *conf,
+                       const char *call)
+{
+    int mismatches = 0;
+    for (int kind = 0; kind < STAT_KINDS; kind++)
+        for (int pool = 0; pool < TIDE_POOL_COUNT; pool++) {
+            const tide_stat *st = stat_of(s, kind, pool);
+            int64_t *p = &seen->peak[kind][pool];
+            if (st->current > *p)
+                *p = st->current;
+            if (st->peak != *p) {
+                fprintf(stderr, "config \"%s\", step %d (%s): %s[%d].peak is %lld, the highest value seen "
+                        "%lld\n", conf, step, call, stat_names[kind], pool, (long long)st->peak, (long long)*p);
+                mismatches++;
+            }
+        }
+    return mismatches;
+}
+
+/* A size from 1 byte to 32 MiB, about log-uniform, so both pools see splits, merges and new segments. */
+static size_t random_size(uint64_t *rng)
+{
+    unsigned bits = (unsigned)(rng_next(rng) % 26);
+    return (size_t)(rng_next(rng) % ((size_t)1 << bits)) + 1;
+}
+
+static void no_work(void *arg) { (void)arg; }
+
+/* Random calls on one stream: allocations of both pools, frees, blocks held by a reference
+ * (tide_retain, PENDING until tide_release) or used by a second stream with work queued on it (PENDING
+ * until its fence signals, drained by a later tide_malloc), emptying, trimming and resets. */
+static void peaks_stay_exact(const char *conf, uint64_t seed)
+{
+    enum { SLOTS = 48, STEPS = 6000 };
+    struct fixture f;
+    fixture_open(&f, 4 * GIB, conf);
+    tide_stream other;
+    CHECK_OK(tide_sim_stream_create(f.sim, &other));
+    void *live[SLOTS] = {0};
+    bool retained[SLOTS] = {0};
+    void *pending[SLOTS];            /* freed while retained: PENDING until released */
+    int npending = 0;
+    uint64_t rng = seed;
+    struct seen_peaks seen;
+    tide_stats s = stats_of(f.t);
+    seen_reset(&seen, &s);
+    int mismatches = 0;
+    for (int step = 0; step < STEPS && mismatches == 0; step++) {
+        unsigned slot = (unsigned)(rng_next(&rng) % SLOTS), what = (unsigned)(rng_next(&rng) % 100);
+        const char *call = "tide_free";
+        if (what < 2) {
+            call = "tide_empty_cache";
+            CHECK_OK(tide_empty_cache(f.t, NULL));
+        } else if (what < 4) {
+            call = "tide_trim";
+            tide_status st = tide_trim(f.t, (size_t)(rng_next(&rng) % (256 * MIB)), NULL);
+            CHECK(st == TIDE_OK || st == TIDE_EBUSY); /* EBUSY: the target is below what is in use */
+        } else if (what < 5) {
+            call = "tide_reset_peak_stats";
+            CHECK_OK(tide_reset_peak_stats(f.t));
+            s = stats_of(f.t);
+            seen_reset(&seen, &s);
+        } else if (what < 15 && npending > 0) {
+            call = "tide_release";
+            unsigned k = (unsigned)(rng_next(&rng) % (unsigned)npending);
+            CHECK_OK(tide_release(f.t, pending[k]));
+            pending[k] = pending[--npending];
+        } else if (live[slot] == NULL) {
+            call = "tide_malloc";
+            CHECK_OK(tide_malloc(f.t, random_size(&rng), 0, &live[slot]));
+            unsigned held = (unsigned)npending; /* pending[] has room for every retained block */
+            for (unsigned i = 0; i < SLOTS; i++)
+                held += live[i] && retained[i];
+            retained[slot] = what % 4 == 0 && held < SLOTS;
+            if (retained[slot])
+                CHECK_OK(tide_retain(f.t, live[slot]));
+            if (what % 4 == 1) {
+                CHECK_OK(tide_sim_enqueue(f.sim, other, (uint32_t)(rng_next(&rng) % 200), no_work, NULL));
+                CHECK_OK(tide_record_stream(f.t, live[slot], other));
+            }
+        } else {
+            CHECK_OK(tide_free(f.t, live[slot]));
+            if (retained[slot])
+                pending[npending++] = live[slot];
+            live[slot] = NULL;
+        }
+        s = stats_of(f.t);
+        mismatches += peaks_match(&seen, &s, step, conf, call);
+    }
+    CHECK(mismatches == 0);
+    while (npending > 0)
+        CHECK_OK(tide_release(f.t, pending[--npending]));
+    for (unsigned i = 0; i < SLOTS; i++)
+        if (live[i]) {
+            if (retained[i])
+                CHECK_OK(tide_release(f.t, live[i]));
+            CHECK_OK(tide_free(f.t, live[i]));
+        }
+    fixture_close(&f);
+}
+
+static void test_peaks_are_exact_with_one_stream(void)
+{
+    peaks_stay_exact("", 11);
+    peaks_stay_exact("expandable_segments:True", 12);
+    peaks_stay_exact("garbage_collection_threshold:0.5", 13);
+}
+
 int main(void)
 {
     RUN(test_identities_hold_throughout);
@@ -162,5 +306,6 @@ int main(void)
     RUN(test_versioned_struct);
     RUN(test_json_has_pytorch_names_and_same_numbers);
     RUN(test_several_streams_add_up);
+    RUN(test_peaks_are_exact_with_one_stream);
     return HARNESS_EXIT();
 }
