@@ -15,7 +15,8 @@ trap 'rm -rf "$tmp"' EXIT
 # Taken jumps: those of the tidepool binary itself (the library and the replay loop; the C library's
 # memset and memcpy left out), summed from callgrind's jump lines. A jump taken on the hot path costs
 # time beyond its instruction on the H200 machine's host (bench/results/2026-12-01-run19.md);
-# bench/taken_jumps.py lists them by place.
+# bench/taken_jumps.py lists them by place. --dump-instr=yes: without it, callgrind records a jump only
+# between two source lines, and a build without debug information (make's) has none, so it counted 0.
 taken_jumps() {
     awk -v tool="$(basename "$TOOL")" '
         /^c?ob=/ { id = $1; sub(/^c?ob=/, "", id); if (NF > 1) name[id] = $2 }  # a name is given once, by ob= or cob=
@@ -25,7 +26,8 @@ taken_jumps() {
 }
 printf "%-24s %12s %16s %14s %14s\n" trace operations instructions "per operation" "taken jumps/op"
 for trace in traces/*.csv.gz; do
-    valgrind --tool=callgrind --collect-jumps=yes --callgrind-out-file="$tmp/out" --toggle-collect=replay_passes \
+    valgrind --tool=callgrind --collect-jumps=yes --dump-instr=yes --callgrind-out-file="$tmp/out" \
+        --toggle-collect=replay_passes \
         "$TOOL" replay --device-work none --no-chart --json "$trace" > "$tmp/json" 2> "$tmp/log"
     ops=$(sed -n 's/.*"ops": \([0-9]*\).*/\1/p' "$tmp/json")
     ir=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$tmp/out")
