@@ -337,8 +337,10 @@ enum { TIDE_POOL_ALL = 0, TIDE_POOL_SMALL = 1, TIDE_POOL_LARGE = 2, TIDE_POOL_CO
 typedef struct tide_stat {
     int64_t current;
     int64_t peak;   /* highest current since creation or tide_reset_peak_stats. With one stream the
-                       peak is exact; with several, each stream's peak is kept and the sum is reported,
-                       an upper bound (reserved_bytes' peak is always exact) */
+                       peak is exact: the highest value between two calls (not one passed through inside
+                       a call, such as a new segment wholly cached before the block is taken from it);
+                       with several, each stream's peak is kept and the sum is reported, an upper bound
+                       (reserved_bytes' peak is always exact) */
 } tide_stat;
 
 #define TIDE_STATS_VERSION 1
