@@ -37,6 +37,31 @@ static void check_counter(struct checker *c, const struct heap *h, int pool, con
                 (unsigned long long)h->stream, name, pools[pool], (long long)counted, (long long)walked);
 }
 
+/* A call checks the peaks its changes raised once it is done (stats_settle), so between two calls no
+ * peak is below its statistic's value. */
+static void check_peak(struct checker *c, const struct heap *h, int pool, const char *name, int64_t value,
+                       int64_t peak)
+{
+    static const char *pools[TIDE_POOL_COUNT] = {"all", "small_pool", "large_pool"};
+    if (peak < value)
+        problem(c, "stream 0x%llx: %s.%s.peak is %lld, below its current value %lld",
+                (unsigned long long)h->stream, name, pools[pool], (long long)peak, (long long)value);
+}
+
+static void check_peaks(struct checker *c, const struct heap *h, int pool, const struct pool_stats *s)
+{
+    check_peak(c, h, pool, "reserved_bytes", s->reserved.cur, s->reserved.peak);
+    check_peak(c, h, pool, "allocated_bytes", s->allocated.cur, s->allocated.peak);
+    check_peak(c, h, pool, "requested_bytes", s->requested.cur, s->requested.peak);
+    check_peak(c, h, pool, "active_bytes", pool_active(s), s->active_peak);
+    check_peak(c, h, pool, "pending_free_bytes", s->pending.cur, s->pending.peak);
+    check_peak(c, h, pool, "cached_bytes", pool_cached(s), s->cached_peak);
+    check_peak(c, h, pool, "inactive_split_bytes", pool_inactive_split(s), s->inactive_split_peak);
+    check_peak(c, h, pool, "allocation", s->allocation.cur, s->allocation.peak);
+    check_peak(c, h, pool, "segment", s->segment.cur, s->segment.peak);
+    check_peak(c, h, pool, "pending_free_blocks", s->pending_blocks.cur, s->pending_blocks.peak);
+}
+
 static void check_block(struct checker *c, struct heap *h, struct segment *seg, struct block *b,
                         struct tally *tl)
 {
@@ -302,6 +327,7 @@ static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int
         check_counter(c, h, pub, "allocation", s->allocation.cur, w->allocation);
         check_counter(c, h, pub, "segment", s->segment.cur, w->segment);
         check_counter(c, h, pub, "pending_free_blocks", s->pending_blocks.cur, w->pending_blocks);
+        check_peaks(c, h, pub, s);
         if (p < POOL_KINDS) {
             all.reserved += w->reserved;
             all.allocated += w->allocated;

@@ -279,6 +279,8 @@ static void peaks_stay_exact(const char *conf, uint64_t seed)
         }
         s = stats_of(f.t);
         mismatches += peaks_match(&seen, &s, step, conf, call);
+        if (step % 64 == 0)
+            CHECK_OK(tide_check(f.t)); /* the validator: no peak below its value, among the rest */
     }
     CHECK(mismatches == 0);
     while (npending > 0)
