@@ -28,10 +28,12 @@ struct tally {
     size_t free_blocks;
 };
 
+/* By TIDE_POOL_ALL / _SMALL / _LARGE, as the statistics' JSON names them. */
+static const char *const pools[TIDE_POOL_COUNT] = {"all", "small_pool", "large_pool"};
+
 static void check_counter(struct checker *c, const struct heap *h, int pool, const char *name,
                           int64_t counted, int64_t walked)
 {
-    static const char *pools[TIDE_POOL_COUNT] = {"all", "small_pool", "large_pool"};
     if (counted != walked)
         problem(c, "stream 0x%llx: %s.%s is %lld but the blocks add up to %lld",
                 (unsigned long long)h->stream, name, pools[pool], (long long)counted, (long long)walked);
@@ -42,7 +44,6 @@ static void check_counter(struct checker *c, const struct heap *h, int pool, con
 static void check_peak(struct checker *c, const struct heap *h, int pool, const char *name, int64_t value,
                        int64_t peak)
 {
-    static const char *pools[TIDE_POOL_COUNT] = {"all", "small_pool", "large_pool"};
     if (peak < value)
         problem(c, "stream 0x%llx: %s.%s.peak is %lld, below its current value %lld",
                 (unsigned long long)h->stream, name, pools[pool], (long long)peak, (long long)value);
