@@ -359,10 +359,10 @@ static inline void peak_at_least(int64_t *peak, int64_t value)
         body;                                                                                      \
     } while (0)
 
-/* FREE bytes were added to the cache (a free, a drained pending block) in a segment that is now wholly
- * free (idle_segment bytes) or not (0). The split cache rises, unless the segment became wholly free:
- * then its FREE bytes become releasable cache, and the split cache falls. The test is made once for
- * both pools. */
+/* FREE bytes were added to the cache by a free (a drained block's peaks wait for stats_settle), in a
+ * segment that is now wholly free (idle_segment bytes) or not (0). The split cache rises, unless the
+ * segment became wholly free: then its FREE bytes become releasable cache, and the split cache falls.
+ * The test is made once for both pools. */
 static inline void cache_gained(struct heap_stats *s, enum pool_kind pool, int64_t idle_segment)
 {
     if (TIDE_UNLIKELY(idle_segment != 0)) {
@@ -559,7 +559,7 @@ size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct seg
 void heap_settle(struct heap *h);
 /* Every path but tide_malloc's takes a heap's lock with heap_lock, which settles the parked block
  * first: no other code sees one. tide_malloc takes it with heap_lock_fast, to reuse the block, and so
- * does pressure.c's settle_all, which reads only the statistics. */
+ * does pressure.c's settle_and_unlock, which reads only the statistics. */
 static inline void heap_lock(struct heap *h)
 {
     spin_lock_acquire(&h->lock);

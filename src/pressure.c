@@ -262,10 +262,12 @@ static tide_status release_all_cached(tide_allocator *t, tide_release_report *r)
 
 /* ---- the peaks a call left to check ---------------------------------------------------------------- */
 
-/* The end of a call under the pressure lock: the peaks its changes left to check (stats_settle). With
- * heap_lock_fast: a parked block is counted FREE already, and settling it here would change what the
- * next tide_malloc on that stream finds. */
-__attribute__((noinline)) static void settle_all(tide_allocator *t)
+/* The end of every call under the pressure lock: the peaks its changes left to check (stats_settle),
+ * in every heap, then the lock let go. With heap_lock_fast: a parked block is counted FREE already,
+ * and settling it here would change what the next tide_malloc on that stream finds. Out of line:
+ * pressure_malloc is inlined into tide_malloc, and a call more there changed the fast path's code (6
+ * instructions more on the same size pattern under callgrind). */
+__attribute__((noinline)) static void settle_and_unlock(tide_allocator *t)
 {
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
@@ -273,14 +275,6 @@ __attribute__((noinline)) static void settle_all(tide_allocator *t)
         stats_settle(&h->stats);
         heap_unlock(h);
     }
-}
-
-/* settle_all, then the pressure lock let go, in one call out of line: pressure_malloc is inlined into
- * tide_malloc, and a call more there changed the fast path's code (6 instructions more on the same
- * size pattern under callgrind). */
-__attribute__((noinline)) static void settle_and_unlock(tide_allocator *t)
-{
-    settle_all(t);
     pthread_mutex_unlock(&t->pressure);
 }
 
@@ -514,8 +508,7 @@ tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report)
         t->high_water = t->reserved;
     fill_report(t, &r);
     HISTORY_EVENT(t, TIDE_EVENT_EMPTY_CACHE, 0, 0, r.released_bytes);
-    settle_all(t);
-    pthread_mutex_unlock(&t->pressure);
+    settle_and_unlock(t);
     if (report)
         *report = r;
     return s != TIDE_OK ? s : s2;
@@ -540,8 +533,7 @@ tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report 
                        format_bytes((uint64_t)w.allocated, al), format_bytes((uint64_t)w.pending, pe),
                        format_bytes((uint64_t)w.cached, ca));
     }
-    settle_all(t);
-    pthread_mutex_unlock(&t->pressure);
+    settle_and_unlock(t);
     if (report)
         *report = r;
     return s;
@@ -557,8 +549,7 @@ tide_status pressure_set_limit(tide_allocator *t, size_t bytes)
         poll_all(t);
         s = release_cached(t, t->reserved - bytes, RELEASE_ASKED, NULL, NULL);
     }
-    settle_all(t);
-    pthread_mutex_unlock(&t->pressure);
+    settle_and_unlock(t);
     return s;
 }
 
