@@ -425,8 +425,9 @@ __attribute__((noinline, cold)) static tide_status refuse_size(const tide_alloca
 }
 
 /* The fit of tide_malloc after PENDING blocks were drained (made FREE): the cache's peaks are checked
- * once the fit has taken its block (stats_settle), or by pressure_malloc if it found none. Out of line:
- * the fast path's code stays as it was for the allocations that drain nothing. */
+ * once the fit has taken its block (stats_settle), or by pressure_malloc if it found none (meanwhile
+ * drained_unsettled says so). Out of line: the fast path's code stays as it was for the allocations
+ * that drain nothing. */
 __attribute__((noinline)) static struct block *take_after_draining(struct heap *h, enum pool_kind pool,
                                                                    size_t rounded, size_t requested,
                                                                    tide_status *status)
@@ -434,6 +435,8 @@ __attribute__((noinline)) static struct block *take_after_draining(struct heap *
     struct block *b = heap_take_fit(h, pool, rounded, requested, status);
     if (b || *status != TIDE_OK)
         stats_settle(&h->stats);
+    else
+        h->stats.drained_unsettled = true;
     return b;
 }
 

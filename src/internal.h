@@ -307,6 +307,10 @@ struct heap_stats {
     struct pool_stats pool[TIDE_POOL_COUNT];   /* indexed by TIDE_POOL_ALL / _SMALL / _LARGE */
     uint64_t num_pending_drained;
     uint64_t num_fence_errors;
+    /* A tide_malloc drained blocks, found no fit, and let the heap's lock go on its way to
+     * pressure_malloc, which settles the peaks. Until then another thread can find the cache above its
+     * peaks: tide_get_stats reports the higher of the two, and the validator lets it be. */
+    bool drained_unsettled;
 };
 /* Bytes of ACTIVE and PENDING blocks; of FREE blocks (the cache); of FREE blocks outside wholly free
  * segments (the split cache, which releasing segments cannot give back). */
@@ -453,6 +457,7 @@ static inline void stats_settle(struct heap_stats *s)
         peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
         peak_at_least(&p->segment.peak, p->segment.cur);
     }
+    s->drained_unsettled = false;
 }
 
 static inline void stats_segment_removed(struct heap_stats *s, enum pool_kind pool, int64_t size)

@@ -23,6 +23,8 @@ void heap_stats_reset_peaks(struct heap_stats *s)
     }
 }
 
+static int64_t at_least(int64_t peak, int64_t value) { return value > peak ? value : peak; }
+
 static void add_stat(tide_stat *out, int64_t cur, int64_t peak)
 {
     out->current += cur;
@@ -45,8 +47,12 @@ void stats_collect_locked(tide_allocator *t, tide_stats *out)
             add_stat(&s.requested_bytes[k], p->requested.cur, p->requested.peak);
             add_stat(&s.active_bytes[k], pool_active(p), p->active_peak);
             add_stat(&s.pending_free_bytes[k], p->pending.cur, p->pending.peak);
-            add_stat(&s.cached_bytes[k], pool_cached(p), p->cached_peak);
-            add_stat(&s.inactive_split_bytes[k], pool_inactive_split(p), p->inactive_split_peak);
+            /* (See drained_unsettled: another thread's tide_malloc is between its drain and its fit.) */
+            bool mid = hs->drained_unsettled;
+            add_stat(&s.cached_bytes[k], pool_cached(p), mid ? at_least(p->cached_peak, pool_cached(p))
+                                                              : p->cached_peak);
+            add_stat(&s.inactive_split_bytes[k], pool_inactive_split(p),
+                     mid ? at_least(p->inactive_split_peak, pool_inactive_split(p)) : p->inactive_split_peak);
             add_stat(&s.allocation[k], p->allocation.cur, p->allocation.peak);
             add_stat(&s.segment[k], p->segment.cur, p->segment.peak);
             add_stat(&s.pending_free_blocks[k], p->pending_blocks.cur, p->pending_blocks.peak);

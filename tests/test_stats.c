@@ -5,6 +5,7 @@
  */
 #include "harness.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #define ALL TIDE_POOL_ALL
@@ -312,6 +313,62 @@ static void test_peaks_bound_the_truth_with_two_streams(void)
     peaks_over_random_calls("expandable_segments:True", 22, false);
 }
 
+/* ---- a tide_malloc seen from another thread between its drain and its fit --------------------------- */
+
+/* A tide_malloc that drains PENDING blocks and then finds no fit lets the heap's lock go on its way to
+ * pressure_malloc, which settles the peaks. Another thread can look in between: it must never find a
+ * peak below its value, neither through tide_get_stats nor through the validator. */
+struct onlooker {
+    tide_allocator *t;
+    atomic_int stop, peaks_below, check_failures, looks;
+};
+
+static void *look_on(void *arg)
+{
+    struct onlooker *o = arg;
+    while (!atomic_load(&o->stop)) {
+        if (tide_check(o->t) != TIDE_OK && atomic_fetch_add(&o->check_failures, 1) == 0)
+            fprintf(stderr, "onlooker: %s\n", tide_last_error());
+        tide_stats s = stats_of(o->t);
+        for (int k = 0; k < TIDE_POOL_COUNT; k++)
+            if (s.cached_bytes[k].peak < s.cached_bytes[k].current ||
+                s.inactive_split_bytes[k].peak < s.inactive_split_bytes[k].current)
+                atomic_fetch_add(&o->peaks_below, 1);
+        atomic_fetch_add(&o->looks, 1);
+    }
+    return NULL;
+}
+
+static void test_peaks_never_below_values_another_thread_sees(void)
+{
+    struct fixture f;
+    fixture_open(&f, 64 * GIB, NULL);
+    tide_stream other;
+    CHECK_OK(tide_sim_stream_create(f.sim, &other));
+    struct onlooker o = {.t = f.t};
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, look_on, &o) == 0);
+    for (int i = 0; i < 600; i++) {
+        size_t size = (size_t)(i % 20 + 1) * 2 * MIB + 4096;
+        void *p, *q;
+        CHECK_OK(tide_malloc(f.t, size, 0, &p));
+        CHECK_OK(tide_sim_enqueue(f.sim, other, 0, no_work, NULL));
+        CHECK_OK(tide_record_stream(f.t, p, other));
+        CHECK_OK(tide_free(f.t, p)); /* PENDING until the other stream's fence */
+        CHECK_OK(tide_sim_stream_synchronize(f.sim, other));
+        CHECK_OK(tide_reset_peak_stats(f.t)); /* so that the drain below raises the cache past its peak */
+        CHECK_OK(tide_malloc(f.t, size + 2 * MIB, 0, &q)); /* drains p, finds no fit, grows */
+        CHECK_OK(tide_free(f.t, q));
+        CHECK_OK(tide_empty_cache(f.t, NULL));
+    }
+    atomic_store(&o.stop, 1);
+    pthread_join(thread, NULL);
+    CHECK(atomic_load(&o.looks) > 0);
+    CHECK(atomic_load(&o.peaks_below) == 0);
+    CHECK(atomic_load(&o.check_failures) == 0);
+    fixture_close(&f);
+}
+
 int main(void)
 {
     RUN(test_identities_hold_throughout);
@@ -321,5 +378,6 @@ int main(void)
     RUN(test_several_streams_add_up);
     RUN(test_peaks_are_exact_with_one_stream);
     RUN(test_peaks_bound_the_truth_with_two_streams);
+    RUN(test_peaks_never_below_values_another_thread_sees);
     return HARNESS_EXIT();
 }
