@@ -77,7 +77,7 @@
  * CONFIGURATION
  *   One string, "key:value,key:value", in the syntax of PYTORCH_CUDA_ALLOC_CONF. It is read from the
  *   environment variable TIDEPOOL_CONF and from tide_create's argument; where both set a key, the argument
- *   wins. Unknown keys and bad values are errors. Keys:
+ *   wins. Unknown keys and bad values are errors. B is True or False (in any case), or 1 or 0. Keys:
  *     limit:V                         reserved memory never exceeds V. V is bytes with an optional unit
  *                                     ("8GiB", "512MB", "1073741824"), or a fraction of the device's total
  *                                     memory ("0.9" or "90%"). Default: the device's total memory.

@@ -40,6 +40,8 @@ static void test_good_strings(void)
     CHECK(c.expandable_segments && c.peer_access);
     c = parsed("trim_on_growth:False", TIDE_OK);
     CHECK(!c.trim_on_growth);
+    c = parsed("scrub:1,guard:true,leak_report:TRUE,trim_on_growth:0", TIDE_OK); /* as tidepool.h says */
+    CHECK(c.scrub && c.guard && c.leak_report && !c.trim_on_growth);
     c = parsed("", TIDE_OK);
     CHECK(!c.limit_set && c.max_split_size == SIZE_MAX);
     c = parsed("debug:0,debug:1", TIDE_OK); /* the later entry wins */
@@ -70,6 +72,17 @@ static void test_bad_strings(void)
         {"debug:3", TIDE_EINVAL, "0, 1 or 2"},
         {"expandable_segments:maybe", TIDE_EINVAL, "True or False"},
         {"trim_on_growth:yes", TIDE_EINVAL, "True or False"},
+        {"peer_access:2", TIDE_EINVAL, "True or False"},
+        {"leak_report:on", TIDE_EINVAL, "True or False"},
+        {"scrub:true ish", TIDE_EINVAL, "True or False"},
+        {"guard:", TIDE_EINVAL, "needs both a key and a value"},
+        {"guard:TRUE!", TIDE_EINVAL, "True or False"},
+        {"limit:1e999", TIDE_EINVAL, "bad value '1e999' for limit"},      /* not finite */
+        {"garbage_collection_threshold:abc", TIDE_EINVAL, "0 < F < 1"},
+        {"garbage_collection_threshold:0.5000000000000000000000000000000000000000000000000000000000000001",
+         TIDE_EINVAL, "0 < F < 1"},                                        /* longer than any number */
+        {"max_split_size_mb:99999999999999999999999", TIDE_EINVAL, "whole number"}, /* past 64 bits */
+        {"debug:18446744073709551617", TIDE_EINVAL, "0, 1 or 2"},
         {"roundup_power2_divisions:4", TIDE_EINVAL, "unknown key 'roundup_power2_divisions'"},
         {"debug:1,Limit:1GiB", TIDE_EINVAL, "unknown key 'Limit'"},
     };
