@@ -116,7 +116,8 @@
  * THREADS
  *   Any thread may call any function at any time, except that tide_destroy must not race with other calls
  *   on the same allocator. Each stream has its own lock, so threads working on different streams do not
- *   wait for each other on the fast path.
+ *   wait for each other on the fast path. One allocator serves up to TIDE_MAX_STREAMS streams (those it
+ *   has allocated on); an allocation on one more fails with TIDE_EINVAL and changes nothing.
  *
  * ERRORS
  *   Every call returns a tide_status. On failure, tide_last_error() returns a message for this thread
@@ -152,6 +153,9 @@ extern "C" {
 #define TIDE_VERSION_MAJOR 0
 #define TIDE_VERSION_MINOR 1
 #define TIDE_VERSION_PATCH 0
+
+/* Streams one allocator serves (see THREADS). */
+#define TIDE_MAX_STREAMS 1024
 
 #if defined(__GNUC__)
 #define TIDE_API __attribute__((visibility("default")))

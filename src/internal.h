@@ -79,7 +79,7 @@
 /* ---- Sizes: do not modify (the segment map and the free index depend on them) ------------------ */
 #define TIDE_SEGMENT_GRANULE_SHIFT 21         /* segments are multiples of 2 MiB */
 #define TIDE_SEGMENT_GRANULE ((size_t)1 << TIDE_SEGMENT_GRANULE_SHIFT)
-#define TIDE_MAX_HEAPS 1024                   /* streams one allocator serves */
+#define TIDE_MAX_HEAPS TIDE_MAX_STREAMS       /* a heap per stream */
 
 enum pool_kind { POOL_SMALL = 0, POOL_LARGE = 1, POOL_KINDS = 2 };
 /* PARKED: freed with nothing holding it, and not yet merged into the cache (heap_park): counted as

@@ -200,6 +200,32 @@ static void test_messages_are_per_thread(void)
     fixture_close(&f);
 }
 
+/* One allocator serves TIDE_MAX_STREAMS streams (tidepool.h); the next stream's allocation is refused
+ * and changes nothing, and the streams it has go on working. */
+static void test_one_stream_too_many(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    static void *blocks[TIDE_MAX_STREAMS];
+    for (uintptr_t i = 0; i < TIDE_MAX_STREAMS; i++)
+        CHECK_OK(tide_malloc(f.t, 512, 1000 + i, &blocks[i]));
+    tide_stats before = stats_of(f.t);
+    CHECK(before.num_streams == TIDE_MAX_STREAMS);
+    void *p = &p;
+    CHECK_STATUS(tide_malloc(f.t, 512, 1000 + TIDE_MAX_STREAMS, &p), TIDE_EINVAL);
+    CHECK(p == NULL);
+    CHECK_MESSAGE("too many streams: one allocator serves at most 1024");
+    tide_stats after = stats_of(f.t);
+    CHECK(memcmp(&before, &after, sizeof after) == 0);
+    CHECK_OK(tide_check(f.t));
+    CHECK_OK(tide_free(f.t, blocks[7]));
+    CHECK_OK(tide_malloc(f.t, 4096, 1000 + 7, &blocks[7]));
+    for (uintptr_t i = 0; i < TIDE_MAX_STREAMS; i++)
+        CHECK_OK(tide_free(f.t, blocks[i]));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    fixture_close(&f);
+}
+
 int main(void)
 {
     RUN(test_double_free);
@@ -210,5 +236,6 @@ int main(void)
     RUN(test_null_arguments_and_bad_settings);
     RUN(test_malformed_config_refuses_to_create);
     RUN(test_messages_are_per_thread);
+    RUN(test_one_stream_too_many);
     return HARNESS_EXIT();
 }
