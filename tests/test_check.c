@@ -242,6 +242,39 @@ static void test_debug_level_two_aborts_on_corruption(void)
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
 }
 
+/* debug:2 on a correct program: the validator runs after every call (1,500 random ones here, frees and
+ * other streams' uses among them) and finds nothing, and a failed call's message survives the check
+ * that runs after it. */
+static void test_debug_level_two_passes_a_correct_program(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "debug:2,limit:256MiB");
+    void *live[32] = {0};
+    uint64_t rng = 7;
+    for (int step = 0; step < 1500; step++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        unsigned k = (unsigned)(rng >> 33) % 32, what = (unsigned)(rng >> 40) % 8;
+        if (live[k]) {
+            if (what == 0)
+                CHECK_OK(tide_record_stream(f.t, live[k], 2));
+            CHECK_OK(tide_free(f.t, live[k]));
+            live[k] = NULL;
+        } else {
+            size_t size = (size_t)1 << ((rng >> 45) % 24);
+            CHECK_OK(tide_malloc(f.t, size, what == 1 ? 1 : 0, &live[k]));
+        }
+        if (step % 500 == 499)
+            CHECK_OK(tide_empty_cache(f.t, NULL));
+    }
+    void *p;
+    CHECK_STATUS(tide_malloc(f.t, 512 * MIB, 0, &p), TIDE_ENOMEM);
+    CHECK_MESSAGE("out of memory: asked 512.0 MiB");
+    for (int k = 0; k < 32; k++)
+        CHECK_OK(tide_free(f.t, live[k]));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    fixture_close(&f);
+}
+
 int main(void)
 {
     RUN(test_detects_gap_between_blocks);
@@ -258,5 +291,6 @@ int main(void)
     RUN(test_detects_segment_missing_from_segment_map);
     RUN(test_detects_idle_flag_out_of_step);
     RUN(test_debug_level_two_aborts_on_corruption);
+    RUN(test_debug_level_two_passes_a_correct_program);
     return HARNESS_EXIT();
 }
