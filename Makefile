@@ -2,7 +2,8 @@
 #   make demo    build, then replay a real training trace through tidepool on the simulated device
 #   make check   build, then run the whole test suite
 # Other targets: make build, make check-sanitize (ASan+UBSan), make check-tsan (ThreadSanitizer),
-# make check-valgrind (memcheck), make fuzz (libFuzzer, FUZZ_SECONDS), make gpu-check, make clean.
+# make check-valgrind (memcheck), make fuzz (libFuzzer, FUZZ_SECONDS), make coverage (lines the tests
+# run, per file), make gpu-check, make clean.
 # docs/reliability.md has the longer runs.
 
 BUILD ?= build
@@ -16,7 +17,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build demo check check-sanitize check-tsan check-valgrind fuzz gpu-check deps clean
+.PHONY: all build demo check check-sanitize check-tsan check-valgrind fuzz coverage gpu-check deps clean
 
 all: build
 
@@ -52,6 +53,10 @@ check-tsan: deps
 	TIDE_THREAD_OPS=$(THREAD_OPS) TSAN_OPTIONS=halt_on_error=1 ctest --test-dir $(TSAN_BUILD) \
 	  --output-on-failure -R '^(test_threads|test_threads_expandable|test_random|test_safety|test_lifecycle|test_expandable|test_history)$$'
 
+# Which lines of src/ the CPU tests run, per file (gcov); COVERAGE_LINES=1 lists those they do not.
+coverage: deps
+	scripts/coverage.sh build-coverage $(if $(COVERAGE_LINES),--lines)
+
 # Every CPU test inside valgrind memcheck: no errors, no leaks.
 check-valgrind: deps
 	@command -v valgrind >/dev/null || scripts/install-deps.sh valgrind
@@ -74,4 +79,4 @@ fuzz:
 	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus fuzz/corpus
 
 clean:
-	rm -rf $(BUILD) $(SANITIZE_BUILD) $(FUZZ_BUILD) $(TSAN_BUILD) $(VALGRIND_BUILD)
+	rm -rf $(BUILD) $(SANITIZE_BUILD) $(FUZZ_BUILD) $(TSAN_BUILD) $(VALGRIND_BUILD) build-coverage
