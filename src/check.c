@@ -152,6 +152,8 @@ static void check_segment(struct checker *c, tide_allocator *t, struct heap *h, 
             break;
         }
         check_block(c, h, seg, b, tl);
+        if (b->state == BLOCK_FREE && !seg->idle) /* FREE bytes outside wholly free segments */
+            tl->inactive_split += (int64_t)b->size;
         expect = b->addr + b->size;
         if (++blocks > seg->size / TIDE_UNIT) {
             problem(c, "segment 0x%llx: its block list loops", base);
@@ -169,18 +171,6 @@ static void check_segment(struct checker *c, tide_allocator *t, struct heap *h, 
                 wholly_free ? "" : "not ", seg->idle ? "" : "not ");
     if (seg->idle)
         tl->idle += (int64_t)seg->size;
-}
-
-/* FREE bytes outside wholly free segments. */
-static int64_t split_free_bytes(const struct segment *seg)
-{
-    int64_t bytes = 0;
-    if (seg->idle)
-        return 0;
-    for (const struct block *b = seg->first; b; b = b->next)
-        if (b->state == BLOCK_FREE)
-            bytes += (int64_t)b->size;
-    return bytes;
 }
 
 /* The pages of run r are whole units (expandable.c): each page in a unit, every unit starting inside
@@ -239,17 +229,23 @@ static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int
 {
     struct tally tl[POOL_KINDS];
     memset(tl, 0, sizeof tl);
-    size_t segments = 0, runs = 0;
+    size_t segments = 0, runs = 0, idle_segments = 0;
+    /* A list that loops would walk forever: no more segments than the statistics count (if those are
+     * wrong, that is reported below), and one more to see that the list goes on. */
+    size_t counted = (size_t)h->stats.pool[TIDE_POOL_ALL].segment.cur;
     for (struct segment *seg = h->segments; seg; seg = seg->next) {
+        if (segments++ == counted + 1) {
+            problem(c, "stream 0x%llx: its segment list holds more than the %zu segments counted (a loop?)",
+                    (unsigned long long)h->stream, counted);
+            break;
+        }
         if (seg->pool >= POOL_KINDS) {
             problem(c, "segment 0x%llx is in no pool", (unsigned long long)seg->base);
             continue;
         }
         runs += seg->arena != NULL;
         check_segment(c, t, h, seg, &tl[seg->pool]);
-        tl[seg->pool].inactive_split += split_free_bytes(seg);
-        if (++segments > (1u << 30))
-            break;
+        idle_segments += seg->idle;
     }
     size_t in_arenas = check_arenas(c, t, h);
     if (in_arenas != runs)
@@ -287,6 +283,7 @@ static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int
                 (unsigned long long)h->stream, pending_listed,
                 (long long)(tl[0].pending_blocks + tl[1].pending_blocks));
     uint64_t last_idle = 0;
+    size_t idle_listed = 0;
     for (struct segment *seg = h->idle_head; seg; seg = seg->idle_next) {
         if (!seg->idle)
             problem(c, "segment 0x%llx is on the idle list but not marked idle",
@@ -295,7 +292,13 @@ static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int
             problem(c, "the idle list of stream 0x%llx is not oldest first",
                     (unsigned long long)h->stream);
         last_idle = seg->idle_since;
+        if (++idle_listed > segments) /* more than there are: it loops, or holds strangers */
+            break;
     }
+    if (idle_listed != idle_segments)
+        problem(c, "stream 0x%llx: %s%zu segments on the idle list, the walk found %zu wholly free",
+                (unsigned long long)h->stream, idle_listed > segments ? "more than " : "",
+                idle_listed > segments ? segments : idle_listed, idle_segments);
     int64_t fences_queued = 0, fences_held = 0;
     for (uint32_t i = 0; i < h->nqueues; i++) {
         const struct fence_queue *q = &h->queues[i];

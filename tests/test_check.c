@@ -223,6 +223,158 @@ static void test_detects_idle_flag_out_of_step(void)
     scene_close(&s);
 }
 
+/* Sets lvalue to bad, expects tide_check to report `words` first, and puts it back. */
+#define EXPECT_CAUGHT(s, lvalue, bad, words)                                                       \
+    do {                                                                                           \
+        __typeof__(lvalue) kept_ = (lvalue);                                                       \
+        (lvalue) = (bad);                                                                          \
+        expect_corrupt(s, words);                                                                  \
+        (lvalue) = kept_;                                                                          \
+        CHECK_OK(tide_check((s)->f.t));                                                            \
+    } while (0)
+
+/* Each field of an ACTIVE and of a FREE block that the validator checks, broken one at a time. */
+static void test_detects_each_broken_block_field(void)
+{
+    struct scene s;
+    scene_open(&s);
+    struct block *b = block_of(&s, s.b), *c = block_of(&s, s.c), *rest = c->next;
+    struct segment stranger;
+    memset(&stranger, 0, sizeof stranger);
+    EXPECT_CAUGHT(&s, b->seg, &stranger, "does not point back to its segment");
+    EXPECT_CAUGHT(&s, b->size, b->size + 1, "not a positive multiple of 512");
+    EXPECT_CAUGHT(&s, rest->prev, b, "its next neighbour does not link back to it");
+    EXPECT_CAUGHT(&s, b->fences, 1, "has fences or a synchronize owed");
+    EXPECT_CAUGHT(&s, b->needs_sync, true, "has fences or a synchronize owed");
+    EXPECT_CAUGHT(&s, b->requested, 0, "records a request of 0");
+    EXPECT_CAUGHT(&s, b->requested, b->size + 1, "records a request of 4097");
+    EXPECT_CAUGHT(&s, rest->refs, 2, "still has 2 references");
+    EXPECT_CAUGHT(&s, rest->needs_sync, true, "or a synchronize owed");
+    EXPECT_CAUGHT(&s, rest->nuses, 1, "still records 1 stream uses");
+    EXPECT_CAUGHT(&s, rest->requested, 100, "or a request of 100 bytes");
+    CHECK_OK(ptr_map_insert(&s.h->map, rest));
+    expect_corrupt(&s, "is still in the pointer map");
+    ptr_map_remove(&s.h->map, rest);
+    scene_close(&s);
+}
+
+/* The segment's own fields, broken one at a time. */
+static void test_detects_each_broken_segment_field(void)
+{
+    struct scene s;
+    scene_open(&s);
+    EXPECT_CAUGHT(&s, s.seg->size, s.seg->size + TIDE_UNIT, "not a multiple of 2 MiB");
+    EXPECT_CAUGHT(&s, s.seg->first, block_of(&s, s.b), "its first block does not start at its base");
+    EXPECT_CAUGHT(&s, s.seg->busy, s.seg->busy + 1, "counts 4 blocks that are not FREE, but holds 3");
+    atomic_store(&s.seg->heap, NULL);
+    expect_corrupt(&s, "on the list of a heap it does not name");
+    atomic_store(&s.seg->heap, s.h);
+    scene_close(&s);
+}
+
+/* A block list, and a segment list, that loop back on themselves: the walks still end. */
+static void test_walks_end_on_looping_lists(void)
+{
+    struct scene s;
+    scene_open(&s);
+    struct block *c = block_of(&s, s.c);
+    struct block *after = c->next;
+    size_t size = c->size;
+    c->next = c;
+    c->size = 0; /* so the addresses keep agreeing and only the loop guard stops the walk */
+    CHECK_STATUS(tide_check(s.f.t), TIDE_ECORRUPT);
+    CHECK_MESSAGE("has size 0");
+    c->next = after;
+    c->size = size;
+    CHECK_OK(tide_check(s.f.t));
+    /* The segment list too. */
+    struct segment *next = s.seg->next;
+    s.seg->next = s.seg;
+    expect_corrupt(&s, "its segment list holds more than the 1 segments counted (a loop?)");
+    s.seg->next = next;
+    scene_close(&s);
+}
+
+/* The heap's lists: pending and idle (each walk ends even where a list loops). */
+static void test_detects_broken_heap_lists(void)
+{
+    struct scene s;
+    scene_open(&s);
+    /* An ACTIVE block on the pending list. */
+    struct block *a = block_of(&s, s.a);
+    s.h->pending_head = a;
+    expect_corrupt(&s, "is on the pending list but not PENDING");
+    s.h->pending_head = NULL;
+    a->link_next = NULL;
+    a->link_pprev = NULL;
+    CHECK_OK(tide_check(s.f.t));
+
+    /* A PENDING block missing from the pending list. */
+    CHECK_OK(tide_retain(s.f.t, s.b));
+    CHECK_OK(tide_free(s.f.t, s.b));
+    struct block *pending = s.h->pending_head;
+    CHECK(pending && pending->state == BLOCK_PENDING);
+    EXPECT_CAUGHT(&s, s.h->pending_head, NULL, "0 blocks on the pending list, the walk found 1 PENDING");
+    CHECK_OK(tide_release(s.f.t, s.b));
+    CHECK_OK(tide_malloc(s.f.t, 4096, 0, &s.b));
+
+    /* Segments on the idle list (stand-ins, on no heap's segment list): one not marked idle, and
+     * two out of order. */
+    struct segment one, two;
+    memset(&one, 0, sizeof one);
+    memset(&two, 0, sizeof two);
+    CHECK(s.h->idle_head == NULL);
+    one.idle_next = &two;
+    two.idle_prev = &one;
+    s.h->idle_head = &one;
+    s.h->idle_tail = &two;
+    one.idle = false;
+    two.idle = true;
+    expect_corrupt(&s, "is on the idle list but not marked idle");
+    one.idle = true;
+    one.idle_since = 5;
+    two.idle_since = 1;
+    expect_corrupt(&s, "is not oldest first");
+    two.idle_since = 5; /* in order now, but strangers: the stream has one segment, not wholly free */
+    expect_corrupt(&s, "more than 1 segments on the idle list, the walk found 0 wholly free");
+    one.idle_next = &one; /* a loop: the walk still ends */
+    expect_corrupt(&s, "more than 1 segments on the idle list, the walk found 0 wholly free");
+    s.h->idle_head = s.h->idle_tail = NULL;
+    CHECK_OK(tide_check(s.f.t));
+    scene_close(&s);
+}
+
+/* A fence queued for a block that is not PENDING, and a PENDING block counting a fence no queue has. */
+static void test_detects_fences_out_of_step(void)
+{
+    struct scene s;
+    scene_open(&s);
+    tide_stream other;
+    CHECK_OK(tide_sim_stream_create(s.f.sim, &other));
+    struct gate gate;
+    gate_init(&gate);
+    struct fill_kernel k = {&gate, s.b, 16, 1, NULL};
+    CHECK_OK(tide_record_stream(s.f.t, s.b, other));
+    CHECK_OK(tide_sim_enqueue(s.f.sim, other, 0, fill_kernel_run, &k));
+    CHECK_OK(tide_free(s.f.t, s.b)); /* PENDING until the kernel on `other` is done */
+    struct block *pending = s.h->pending_head;
+    CHECK(pending && pending->fences == 1 && s.h->nqueues >= 1);
+    struct fence_queue *q = NULL;
+    for (uint32_t i = 0; i < s.h->nqueues; i++)
+        if (s.h->queues[i].count)
+            q = &s.h->queues[i];
+    CHECK(q != NULL);
+    if (q) {
+        EXPECT_CAUGHT(&s, q->ring[q->head].block, block_of(&s, s.a), "a fence waits for block");
+        EXPECT_CAUGHT(&s, pending->fences, 2, "1 fences queued but PENDING blocks count 2");
+    }
+    gate_open(&gate);
+    CHECK_OK(tide_sim_stream_synchronize(s.f.sim, other));
+    CHECK_OK(tide_malloc(s.f.t, 4096, 0, &s.b)); /* drains the freed one; scene_close frees this */
+    gate_destroy(&gate);
+    scene_close(&s);
+}
+
 /* debug:2 runs the validator after every call and aborts on the first broken invariant. */
 static void test_debug_level_two_aborts_on_corruption(void)
 {
@@ -290,6 +442,11 @@ int main(void)
     RUN(test_detects_statistics_that_disagree_with_blocks);
     RUN(test_detects_segment_missing_from_segment_map);
     RUN(test_detects_idle_flag_out_of_step);
+    RUN(test_detects_each_broken_block_field);
+    RUN(test_detects_each_broken_segment_field);
+    RUN(test_walks_end_on_looping_lists);
+    RUN(test_detects_broken_heap_lists);
+    RUN(test_detects_fences_out_of_step);
     RUN(test_debug_level_two_aborts_on_corruption);
     RUN(test_debug_level_two_passes_a_correct_program);
     return HARNESS_EXIT();
