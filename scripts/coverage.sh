@@ -1,9 +1,10 @@
 #!/bin/sh
 # Line coverage of the library by the CPU test suite (make coverage).
 #
-#   scripts/coverage.sh [BUILD_DIR] [--lines]
+#   scripts/coverage.sh [BUILD_DIR] [--lines] [--gpu]
 #
-# Builds with gcc --coverage in BUILD_DIR (default build-coverage), runs every CPU test, and prints for
+# Builds with gcc --coverage in BUILD_DIR (default build-coverage), runs every CPU test (--gpu: every
+# GPU test instead, on a machine with a GPU: the CUDA backend and tide_devices), and prints for
 # each file of src/ how many of its lines that can run did run. The tests link the library in several
 # builds (the plain one, and variants with host faults injected, without parking, with a broken pending
 # state): a line counts as run if any build ran it. --lines also lists the lines no test ran.
@@ -14,10 +15,13 @@ set -eu
 cd "$(dirname "$0")/.."
 BUILD=build-coverage
 LINES=0
+TESTS="-LE gpu"
+JOBS=$(nproc)
 for arg in "$@"; do
     case "$arg" in
         --lines) LINES=1 ;;
-        -*) echo "coverage: unknown option $arg (known: --lines)" >&2; exit 2 ;;
+        --gpu) TESTS="-L gpu" JOBS=1 ;; # one at a time, as make gpu-check runs them: they share the GPU
+        -*) echo "coverage: unknown option $arg (known: --lines, --gpu)" >&2; exit 2 ;;
         *) BUILD=$arg ;;
     esac
 done
@@ -29,7 +33,8 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DTIDE_WERROR=ON -DTIDE_LTO=OFF 
 cmake --build "$BUILD" -j "$(nproc)"
 BUILD=$(cd "$BUILD" && pwd) # gcov runs from elsewhere below
 find "$BUILD" -name '*.gcda' -delete
-ctest --test-dir "$BUILD" -LE gpu -j "$(nproc)" --output-on-failure >"$BUILD/coverage-ctest.log" 2>&1 || {
+# shellcheck disable=SC2086 # TESTS is two words
+ctest --test-dir "$BUILD" $TESTS -j "$JOBS" --output-on-failure >"$BUILD/coverage-ctest.log" 2>&1 || {
     tail -n 40 "$BUILD/coverage-ctest.log"
     echo "coverage: a test failed (all of it: $BUILD/coverage-ctest.log)" >&2
     exit 1
