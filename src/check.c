@@ -196,7 +196,7 @@ static void check_units(struct checker *c, const struct arena *a, const struct s
 /* Expandable segments: each arena's runs lie inside it, in whole pages, by address, without overlap
  * (so no page is mapped twice), in whole units, each naming the arena, the heap and the pool; and every
  * run of the heap is in an arena. Returns the number of runs found. */
-static size_t check_arenas(struct checker *c, tide_allocator *t, struct heap *h)
+static size_t check_arenas(struct checker *c, tide_allocator *t, struct heap *h, size_t segments)
 {
     size_t runs = 0, page = t->backend.page_size;
     for (int pool = 0; pool < POOL_KINDS; pool++)
@@ -218,8 +218,11 @@ static size_t check_arenas(struct checker *c, tide_allocator *t, struct heap *h)
                 last_end = r->base + r->size;
                 if (r->run_next && r->run_next->run_prev != r)
                     problem(c, "the runs after 0x%llx are not linked both ways", base);
-                if (++runs > (1u << 30))
+                if (++runs > segments) { /* every run is one of the heap's segments */
+                    problem(c, "stream 0x%llx: its arenas hold more runs than its %zu segments (a loop?)",
+                            (unsigned long long)h->stream, segments);
                     return runs;
+                }
             }
         }
     return runs;
@@ -247,7 +250,7 @@ static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int
         check_segment(c, t, h, seg, &tl[seg->pool]);
         idle_segments += seg->idle;
     }
-    size_t in_arenas = check_arenas(c, t, h);
+    size_t in_arenas = check_arenas(c, t, h, segments);
     if (in_arenas != runs)
         problem(c, "stream 0x%llx has %zu runs of pages, and its arenas list %zu",
                 (unsigned long long)h->stream, runs, in_arenas);

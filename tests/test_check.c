@@ -295,6 +295,34 @@ static void test_walks_end_on_looping_lists(void)
     scene_close(&s);
 }
 
+/* Expandable segments: a run that names another heap, and an arena's list of runs that loops. */
+static void test_detects_broken_runs(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "expandable_segments:True");
+    void *p;
+    CHECK_OK(tide_malloc(f.t, 3 * MIB, 0, &p));
+    struct heap *h = f.t->heaps[0];
+    struct arena *a = h->arenas[POOL_LARGE];
+    CHECK(a != NULL && a->runs != NULL && a->runs->run_next == NULL);
+    if (a && a->runs) {
+        struct segment *run = a->runs;
+        run->run_next = run;
+        CHECK_STATUS(tide_check(f.t), TIDE_ECORRUPT);
+        CHECK_MESSAGE("are not linked both ways"); /* the first problem; the walk ends all the same */
+        run->run_next = NULL;
+        CHECK_OK(tide_check(f.t));
+        struct arena stranger = *a;
+        run->arena = &stranger;
+        CHECK_STATUS(tide_check(f.t), TIDE_ECORRUPT);
+        CHECK_MESSAGE("names another arena, pool or heap");
+        run->arena = a;
+    }
+    CHECK_OK(tide_check(f.t));
+    CHECK_OK(tide_free(f.t, p));
+    fixture_close(&f);
+}
+
 /* The heap's lists: pending and idle (each walk ends even where a list loops). */
 static void test_detects_broken_heap_lists(void)
 {
@@ -445,6 +473,7 @@ int main(void)
     RUN(test_detects_each_broken_block_field);
     RUN(test_detects_each_broken_segment_field);
     RUN(test_walks_end_on_looping_lists);
+    RUN(test_detects_broken_runs);
     RUN(test_detects_broken_heap_lists);
     RUN(test_detects_fences_out_of_step);
     RUN(test_debug_level_two_aborts_on_corruption);
