@@ -1,7 +1,8 @@
 /*
  * The CUDA backend on a real GPU: allocate, free, reuse, references, empty_cache returning the device's
  * memory to where it was, the out-of-memory ladder against the real device, driver errors carrying the
- * driver's error name, and several threads at once. Exits 77 (skipped) where there is no GPU.
+ * driver's error name, several threads at once, and tide_devices on one GPU. Exits 77 (skipped) where
+ * there is no GPU.
  */
 #include "harness.h"
 
@@ -34,6 +35,54 @@ static void *hammer(void *p)
     for (int k = 0; k < 16; k++)
         a->errors += live[k] && tide_free(a->t, live[k]) != TIDE_OK;
     return NULL;
+}
+
+/* tide_devices on device 0 (the machine may have one GPU): allocators made on first use, ownership
+ * looked up across devices, bad input refused with its words, and everything given back. */
+static void test_devices_on_one_gpu(tide_backend *be, int count)
+{
+    size_t before = device_free(be);
+    tide_devices *set = (tide_devices *)&set;
+    CHECK_STATUS(tide_devices_create("bogus:1", &set), TIDE_EINVAL);
+    CHECK_MESSAGE("unknown key 'bogus'");
+    CHECK(set == NULL);
+    CHECK_STATUS(tide_devices_create(NULL, NULL), TIDE_EINVAL);
+    CHECK_OK(tide_devices_create(NULL, &set));
+
+    tide_allocator *t = NULL, *again = NULL;
+    CHECK_STATUS(tide_devices_get(set, -1, &t), TIDE_EINVAL);
+    CHECK_MESSAGE("device -1 is not between 0 and 63");
+    CHECK_STATUS(tide_devices_get(set, 64, &t), TIDE_EINVAL);
+    CHECK(tide_devices_get(set, count, &t) != TIDE_OK && t == NULL); /* no such GPU */
+    printf("tide_devices_get(%d) on a machine of %d GPU(s): %s\n", count, count, tide_last_error());
+    CHECK_OK(tide_devices_get(set, 0, &t));
+    CHECK_OK(tide_devices_get(set, 0, &again));
+    CHECK(t != NULL && t == again);
+
+    void *p = NULL, *q = NULL;
+    int local = 0;
+    CHECK_OK(tide_devices_malloc(set, 0, 1 << 20, 0, &p));
+    CHECK(device_free(be) < before);
+    CHECK_OK(tide_devices_record_stream(set, p, 0));
+    CHECK_STATUS(tide_devices_record_stream(set, &local, 0), TIDE_EINVAL);
+    CHECK_MESSAGE("which no device's allocator owns");
+    CHECK_STATUS(tide_devices_free(set, 0, &local), TIDE_EINVAL);
+    CHECK_MESSAGE("which no device's allocator owns");
+    CHECK_OK(tide_devices_free(set, 0, NULL));
+    CHECK_OK(tide_devices_free(set, -1, p)); /* the owner looked up */
+    CHECK_STATUS(tide_devices_free(set, 0, p), TIDE_EINVAL); /* twice */
+    q = tide_cupy_malloc(set, 4096, 0);
+    CHECK(q != NULL);
+    tide_cupy_free(set, q, 0);
+    CHECK(stats_of(t).allocated_bytes[TIDE_POOL_ALL].current == 0);
+
+    CHECK_STATUS(tide_devices_free(NULL, 0, p), TIDE_EINVAL);
+    CHECK_STATUS(tide_devices_record_stream(NULL, p, 0), TIDE_EINVAL);
+    CHECK_STATUS(tide_devices_empty_cache(NULL), TIDE_EINVAL);
+    CHECK_OK(tide_devices_empty_cache(set));
+    CHECK(device_free(be) == before);
+    CHECK_OK(tide_devices_destroy(set));
+    CHECK_OK(tide_devices_destroy(NULL));
 }
 
 int main(void)
@@ -109,5 +158,6 @@ int main(void)
     CHECK(r.reserved_bytes == 0);
     CHECK(device_free(&be) == before);
     CHECK_OK(tide_destroy(t));
+    test_devices_on_one_gpu(&be, count);
     return HARNESS_EXIT();
 }
