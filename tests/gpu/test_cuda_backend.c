@@ -39,8 +39,11 @@ static void *hammer(void *p)
 
 /* tide_devices on device 0 (the machine may have one GPU): allocators made on first use, ownership
  * looked up across devices, bad input refused with its words, and everything given back. */
-static void test_devices_on_one_gpu(tide_backend *be, int count)
+static void test_devices_on_one_gpu(int count)
 {
+    tide_backend probe; /* for the device's free memory; the set makes its own backends */
+    CHECK_OK(tide_backend_cuda(0, &probe));
+    tide_backend *be = &probe;
     size_t before = device_free(be);
     tide_devices *set = (tide_devices *)&set;
     CHECK_STATUS(tide_devices_create("bogus:1", &set), TIDE_EINVAL);
@@ -83,6 +86,7 @@ static void test_devices_on_one_gpu(tide_backend *be, int count)
     CHECK(device_free(be) == before);
     CHECK_OK(tide_devices_destroy(set));
     CHECK_OK(tide_devices_destroy(NULL));
+    tide_backend_close(&probe);
 }
 
 int main(void)
@@ -157,7 +161,7 @@ int main(void)
     CHECK_OK(tide_empty_cache(t, &r));
     CHECK(r.reserved_bytes == 0);
     CHECK(device_free(&be) == before);
-    CHECK_OK(tide_destroy(t));
-    test_devices_on_one_gpu(&be, count);
+    CHECK_OK(tide_destroy(t)); /* which closes be */
+    test_devices_on_one_gpu(count);
     return HARNESS_EXIT();
 }
