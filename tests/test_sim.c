@@ -1,7 +1,7 @@
 /*
  * The simulated device itself: streams run work in order and no sooner than its delay, fences signal
  * when their stream reaches them, synchronize waits for everything, the launch queue has a depth,
- * memory is sparse, and fault injection fails exactly the calls it is told to.
+ * memory is sparse, fault injection fails exactly the calls it is told to, and bad input is refused.
  */
 #include "harness.h"
 
@@ -290,6 +290,53 @@ static void test_fill_outlived_by_its_segment(void)
     tide_sim_destroy(sim);
 }
 
+static void never_run(void *arg) { *(int *)arg = 1; }
+
+/* The simulated device's own calls refuse bad input with a message saying which, and change nothing. */
+static void test_bad_input_is_refused(void)
+{
+    tide_sim_options o = {sizeof o, 1 * GIB, 0, 0};
+    CHECK_STATUS(tide_sim_create(&o, NULL), TIDE_EINVAL);
+    CHECK_MESSAGE("tide_sim_create: out is NULL");
+    tide_sim_options old_struct = {offsetof(tide_sim_options, same_addresses) - 1, 1 * GIB, 0, 0};
+    tide_sim *sim = (tide_sim *)&sim;
+    CHECK_STATUS(tide_sim_create(&old_struct, &sim), TIDE_EINVAL);
+    CHECK_MESSAGE("struct_size");
+    CHECK(sim == NULL);
+    CHECK_OK(tide_sim_create(&o, &sim));
+    tide_sim_counters before, after;
+    tide_sim_get_counters(sim, &before);
+
+    tide_stream stream = 0;
+    CHECK_STATUS(tide_sim_stream_create(NULL, &stream), TIDE_EINVAL);
+    CHECK_STATUS(tide_sim_stream_create(sim, NULL), TIDE_EINVAL);
+    CHECK_MESSAGE("tide_sim_stream_create: sim or out is NULL");
+    int ran = 0;
+    CHECK_STATUS(tide_sim_enqueue(NULL, 0, 0, never_run, &ran), TIDE_EINVAL);
+    CHECK_MESSAGE("tide_sim_enqueue: sim is NULL");
+    CHECK_STATUS(tide_sim_enqueue(sim, 0x1234, 0, never_run, &ran), TIDE_EINVAL);
+    CHECK_MESSAGE("0x1234 is not a stream of this device");
+    CHECK_STATUS(tide_sim_stream_synchronize(sim, 0x1234), TIDE_EINVAL);
+    CHECK_MESSAGE("tide_sim_stream_synchronize: 0x1234 is not a stream of this device");
+    CHECK_STATUS(tide_sim_stream_synchronize(NULL, 0), TIDE_EINVAL);
+    CHECK_STATUS(tide_sim_synchronize(NULL), TIDE_EINVAL);
+    CHECK_MESSAGE("tide_sim_synchronize: sim is NULL");
+
+    /* A stream of another device is not this one's. */
+    tide_sim *other;
+    tide_stream theirs;
+    CHECK_OK(tide_sim_create(&o, &other));
+    CHECK_OK(tide_sim_stream_create(other, &theirs));
+    CHECK_STATUS(tide_sim_enqueue(sim, theirs, 0, never_run, &ran), TIDE_EINVAL);
+    CHECK_MESSAGE("is not a stream of this device");
+    CHECK_OK(tide_sim_synchronize(sim));
+    CHECK(ran == 0);
+    tide_sim_get_counters(sim, &after);
+    CHECK(memcmp(&before, &after, sizeof after) == 0);
+    tide_sim_destroy(other);
+    tide_sim_destroy(sim);
+}
+
 int main(void)
 {
     RUN(test_work_runs_in_order_after_its_delay);
@@ -299,5 +346,6 @@ int main(void)
     RUN(test_same_addresses_in_every_run);
     RUN(test_fault_injection_fails_exactly_the_planned_calls);
     RUN(test_fill_outlived_by_its_segment);
+    RUN(test_bad_input_is_refused);
     return HARNESS_EXIT();
 }
