@@ -341,6 +341,52 @@ static void test_ring_keeps_the_newest(void)
     fixture_close(&f);
 }
 
+/* Tags and annotations are the program's text: in the history's and the snapshot's JSON, quotes,
+ * backslashes and control characters come out escaped. The calls refuse NULLs with their words. */
+static void test_json_escapes_the_programs_text(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    CHECK_OK(tide_history_start(f.t, 64, 0));
+    tide_set_tag("say \"hi\"\\ \n\t end");
+    void *p;
+    CHECK_OK(tide_malloc(f.t, 512, 0, &p));
+    tide_set_tag(NULL);
+    CHECK_OK(tide_annotate(f.t, "step \"1\"\x01"));
+    const char *escaped_tag = "say \\\"hi\\\"\\\\ \\u000a\\u0009 end";
+    char *json = NULL;
+    CHECK_OK(tide_history_json(f.t, &json));
+    CHECK(json && strstr(json, escaped_tag));
+    CHECK(json && strstr(json, "step \\\"1\\\"\\u0001"));
+    CHECK(json && !strchr(json, '\t') && !strchr(json, '\x01'));
+    tide_string_free(json);
+    json = NULL;
+    CHECK_OK(tide_snapshot_json(f.t, &json));
+    CHECK(json && strstr(json, escaped_tag));
+    tide_string_free(json);
+
+    CHECK_STATUS(tide_history_start(NULL, 64, 0), TIDE_EINVAL);
+    CHECK_MESSAGE("tide_history_start: the allocator is NULL");
+    CHECK_STATUS(tide_history_stop(NULL), TIDE_EINVAL);
+    CHECK_STATUS(tide_annotate(NULL, "x"), TIDE_EINVAL);
+    CHECK_STATUS(tide_annotate(f.t, NULL), TIDE_EINVAL);
+    CHECK_MESSAGE("tide_annotate: the text is NULL");
+    tide_event ev[4];
+    size_t n = 0;
+    uint64_t dropped = 0;
+    CHECK_STATUS(tide_history_read(NULL, ev, 4, &n, &dropped), TIDE_EINVAL);
+    CHECK_STATUS(tide_history_read(f.t, ev, 4, NULL, &dropped), TIDE_EINVAL);
+    CHECK_MESSAGE("tide_history_read: count is NULL");
+    CHECK_STATUS(tide_history_json(f.t, NULL), TIDE_EINVAL);
+    CHECK_MESSAGE("tide_history_json: out is NULL");
+    size_t len = 0;
+    CHECK_STATUS(tide_stats_json(f.t, NULL, 5, &len), TIDE_EINVAL);
+    CHECK_MESSAGE("buf is NULL but cap is 5");
+    CHECK_OK(tide_history_stop(f.t));
+    CHECK_OK(tide_free(f.t, p));
+    fixture_close(&f);
+}
+
 /* Several threads record at once, each on its own stream (each stream's ring draws numbers 512 at a
  * time): every event arrives once, each stream's in its own order, with times that do not go back
  * within a stream. */
@@ -571,6 +617,7 @@ int main(void)
     RUN(test_history_and_snapshot_agree_with_stats);
     RUN(test_leak_report_names_what_is_left);
     RUN(test_ring_keeps_the_newest);
+    RUN(test_json_escapes_the_programs_text);
     RUN(test_leak_report_at_destroy);
     RUN(test_threads_record_at_once);
     RUN(test_threads_ordered);
