@@ -175,6 +175,7 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
     tide_status s = check_backend(backend);
     if (s != TIDE_OK)
         return s;
+    const char *name = backend->name ? backend->name : "(unnamed)"; /* a backend need not name itself */
     struct tide_config conf;
     config_defaults(&conf);
     if ((s = config_parse(&conf, getenv("TIDEPOOL_CONF"), "TIDEPOOL_CONF")) != TIDE_OK ||
@@ -185,11 +186,10 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
     bool has_verify = backend->struct_size > offsetof(tide_backend, verify) && backend->verify;
     if ((conf.scrub || conf.guard) && !has_fill)
         return tide__fail(TIDE_EUNSUPPORTED, "tide_create: %s needs a backend with a fill function, and "
-                          "the %s backend has none", conf.scrub ? "scrub:True" : "guard:True",
-                          backend->name ? backend->name : "(unnamed)");
+                          "the %s backend has none", conf.scrub ? "scrub:True" : "guard:True", name);
     if (conf.guard && !has_verify)
         return tide__fail(TIDE_EUNSUPPORTED, "tide_create: guard:True needs a backend with a verify "
-                          "function, and the %s backend has none", backend->name ? backend->name : "(unnamed)");
+                          "function, and the %s backend has none", name);
 
     if (conf.peer_access && !conf.expandable_segments)
         return tide__fail(TIDE_EINVAL, "tide_create: peer_access:True needs expandable_segments:True (peer "
@@ -199,20 +199,18 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
     if (conf.expandable_segments && !has_vm)
         return tide__fail(TIDE_EUNSUPPORTED, "tide_create: expandable_segments:True needs a backend with "
                           "virtual memory (va_reserve, va_release, map, unmap), and the %s backend has "
-                          "none", backend->name ? backend->name : "(unnamed)");
+                          "none", name);
     if (conf.expandable_segments && (backend->page_size == 0 || backend->page_size % TIDE_SEGMENT_GRANULE))
         return tide__fail(TIDE_EUNSUPPORTED, "tide_create: expandable_segments:True: the %s backend's "
-                          "page size (%zu bytes) is not a multiple of 2 MiB",
-                          backend->name ? backend->name : "(unnamed)", backend->page_size);
+                          "page size (%zu bytes) is not a multiple of 2 MiB", name, backend->page_size);
 
     size_t dev_free = 0, dev_total = 0;
     tide__clear_backend_message();
     s = backend->mem_info(backend->ctx, &dev_free, &dev_total);
     if (s != TIDE_OK)
-        return tide__fail_with_context(s, "tide_create: asking the %s device for its memory",
-                                       backend->name ? backend->name : "(unnamed)");
+        return tide__fail_with_context(s, "tide_create: asking the %s device for its memory", name);
     if (dev_total == 0)
-        return tide__fail(TIDE_EDEVICE, "tide_create: the %s device reports no memory", backend->name);
+        return tide__fail(TIDE_EDEVICE, "tide_create: the %s device reports no memory", name);
 
     tide_allocator *t = calloc(1, sizeof *t);
     if (!t)

@@ -141,6 +141,23 @@ static void test_null_arguments_and_bad_settings(void)
     scene_close(&s);
 }
 
+static tide_status mem_info_refused(void *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+    (void)ctx;
+    (void)free_bytes;
+    (void)total_bytes;
+    tide_backend_error("the device is unplugged");
+    return TIDE_EDEVICE;
+}
+
+static tide_status mem_info_empty(void *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+    (void)ctx;
+    *free_bytes = *total_bytes = 0;
+    return TIDE_OK;
+}
+
+/* A malformed config, and a backend that is not right, refuse to create and reserve nothing. */
 static void test_malformed_config_refuses_to_create(void)
 {
     tide_sim *sim;
@@ -157,6 +174,28 @@ static void test_malformed_config_refuses_to_create(void)
     CHECK_STATUS(tide_create(&broken, NULL, &t), TIDE_EINVAL);
     CHECK_MESSAGE("no fence_query function");
     CHECK_STATUS(tide_create(NULL, NULL, &t), TIDE_EINVAL);
+    CHECK_STATUS(tide_create(&be, NULL, NULL), TIDE_EINVAL);
+    CHECK_MESSAGE("tide_create: out is NULL");
+
+    /* A backend of the program's own, wrong in each way tide_create checks. */
+    broken = be;
+    broken.struct_size = (uint32_t)offsetof(tide_backend, close) - 1; /* built against an old header */
+    CHECK_STATUS(tide_create(&broken, NULL, &t), TIDE_EINVAL);
+    CHECK_MESSAGE("set it to sizeof(tide_backend)");
+    broken = be;
+    broken.mem_info = mem_info_refused;
+    CHECK_STATUS(tide_create(&broken, NULL, &t), TIDE_EDEVICE);
+    CHECK_MESSAGE("tide_create: asking the sim device for its memory: the device is unplugged");
+    broken.mem_info = mem_info_empty;
+    broken.name = NULL; /* a backend need not name itself */
+    CHECK_STATUS(tide_create(&broken, NULL, &t), TIDE_EDEVICE);
+    CHECK_MESSAGE("tide_create: the (unnamed) device reports no memory");
+    broken = be;
+    broken.name = NULL;
+    broken.fill = NULL;
+    CHECK_STATUS(tide_create(&broken, "scrub:True", &t), TIDE_EUNSUPPORTED);
+    CHECK_MESSAGE("the (unnamed) backend has none");
+    CHECK(t == NULL);
     tide_sim_counters c;
     tide_sim_get_counters(sim, &c);
     CHECK(c.calls[TIDE_SIM_RESERVE] == 0);
