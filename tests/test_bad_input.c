@@ -265,6 +265,23 @@ static void test_one_stream_too_many(void)
     fixture_close(&f);
 }
 
+/* Every status has its name, and a value that is no status says so. */
+static void test_status_names(void)
+{
+    static const struct {
+        tide_status status;
+        const char *name;
+    } names[] = {
+        {TIDE_OK, "TIDE_OK"},         {TIDE_EINVAL, "TIDE_EINVAL"},     {TIDE_ENOMEM, "TIDE_ENOMEM"},
+        {TIDE_EBUSY, "TIDE_EBUSY"},   {TIDE_EDEVICE, "TIDE_EDEVICE"},   {TIDE_ECORRUPT, "TIDE_ECORRUPT"},
+        {TIDE_ENOTREADY, "TIDE_ENOTREADY"}, {TIDE_EUNSUPPORTED, "TIDE_EUNSUPPORTED"},
+        {TIDE_EHOSTMEM, "TIDE_EHOSTMEM"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        CHECK(strcmp(tide_status_name(names[i].status), names[i].name) == 0);
+    CHECK(strcmp(tide_status_name((tide_status)99), "TIDE_E(unknown status)") == 0);
+}
+
 int main(void)
 {
     RUN(test_double_free);
@@ -276,5 +293,6 @@ int main(void)
     RUN(test_malformed_config_refuses_to_create);
     RUN(test_messages_are_per_thread);
     RUN(test_one_stream_too_many);
+    RUN(test_status_names);
     return HARNESS_EXIT();
 }
