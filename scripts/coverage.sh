@@ -54,6 +54,10 @@ done
 # gcov's lines read "count: line: source": a number if the line ran, ##### or ===== if it could
 # have and did not, - if it holds no code.
 find "$out" -name '*.c.gcov' | sort | xargs awk -v lines="$LINES" '
+    function sort_in_place(a, n,    i, j, t) { # a[1..n], ascending (insertion sort: a few hundred at most)
+        for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) {
+            t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+    }
     FNR == 1 { file = FILENAME; sub(/.*\//, "", file); sub(/\.gcov$/, "", file) }
     {
         count = $1; sub(/:$/, "", count)
@@ -70,8 +74,7 @@ find "$out" -name '*.c.gcov' | sort | xargs awk -v lines="$LINES" '
     END {
         printf "%-16s %8s %8s %8s\n", "file", "lines", "run", "run %"
         for (file in total) names[++k] = file
-        for (i = 2; i <= k; i++) for (j = i; j > 1 && names[j - 1] > names[j]; j--) {
-            t = names[j]; names[j] = names[j - 1]; names[j - 1] = t }
+        sort_in_place(names, k)
         for (i = 1; i <= k; i++) {
             file = names[i]; all += total[file]; hit += done[file]
             printf "%-16s %8d %8d %7.1f%%\n", file, total[file], done[file], 100 * done[file] / total[file]
@@ -80,8 +83,7 @@ find "$out" -name '*.c.gcov' | sort | xargs awk -v lines="$LINES" '
         if (!lines) exit
         for (key in runnable) if (!(key in ran)) {
             split(key, p, SUBSEP); missed[++m] = sprintf("src/%s:%05d", p[1], p[2]); source_of[missed[m]] = text[key] }
-        for (i = 2; i <= m; i++) for (j = i; j > 1 && missed[j - 1] > missed[j]; j--) {
-            t = missed[j]; missed[j] = missed[j - 1]; missed[j - 1] = t }
+        sort_in_place(missed, m)
         for (i = 1; i <= m; i++) {
             where = missed[i]; split(where, p, ":")
             printf "not run: %s:%d:%s\n", p[1], p[2] + 0, source_of[where] }
