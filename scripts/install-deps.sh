@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs what building and testing tidepool needs on Debian. Run as root, or with sudo available.
-#   scripts/install-deps.sh            a C compiler, binutils, make, CMake, gzip (make demo, make check)
+#   scripts/install-deps.sh            a C compiler, binutils, make, CMake, gzip, pkgconf (make demo,
+#                                      make check)
 #   scripts/install-deps.sh fuzz       clang and its runtime libraries (make fuzz: libFuzzer, sanitizers)
 #   scripts/install-deps.sh valgrind   valgrind (make check-valgrind)
 #   scripts/install-deps.sh plot       Chromium, which the test cli_plot_renders draws the plot with, and
@@ -13,7 +14,8 @@ if [ "$(id -u)" -ne 0 ]; then
         echo "install-deps: run as root (or install sudo): needs apt-get" >&2; exit 1
     fi
 fi
-packages="gcc libc6-dev binutils make cmake gzip" # binutils: readelf, for the test tls_block_is_small
+# binutils: readelf, for the test tls_block_is_small; pkgconf: install_and_use builds through tidepool.pc
+packages="gcc libc6-dev binutils make cmake gzip pkgconf"
 for extra in "$@"; do
     case "$extra" in
         fuzz) packages="$packages clang libclang-rt-dev" ;;

@@ -1,0 +1,40 @@
+/*
+ * A program that uses tidepool as an installed package would: only <tidepool.h> and the library, found
+ * through pkg-config or find_package (tests/install_and_use.sh). It allocates on the simulated device,
+ * frees, empties the cache, and checks that the statistics saw it; prints "tidepool VERSION: ok".
+ */
+#include <stdio.h>
+#include <tidepool.h>
+
+#define EXPECT(cond)                                                                               \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "consumer: %s failed: %s\n", #cond, tide_last_error());               \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+int main(void)
+{
+    tide_sim *sim = NULL;
+    tide_allocator *t = NULL;
+    EXPECT(tide_sim_create(NULL, &sim) == TIDE_OK);
+    tide_backend backend = tide_sim_backend(sim);
+    EXPECT(tide_create(&backend, "limit:64MiB", &t) == TIDE_OK);
+
+    void *p = NULL;
+    EXPECT(tide_malloc(t, 1 << 20, 0, &p) == TIDE_OK && p != NULL);
+    tide_stats stats = {.struct_size = sizeof stats};
+    EXPECT(tide_get_stats(t, &stats) == TIDE_OK);
+    EXPECT(stats.allocated_bytes[TIDE_POOL_ALL].current == 1 << 20);
+    EXPECT(tide_free(t, p) == TIDE_OK);
+    EXPECT(tide_free(t, (char *)p + 512) == TIDE_EINVAL); /* not a pointer tidepool gave */
+    EXPECT(tide_empty_cache(t, NULL) == TIDE_OK);
+    EXPECT(tide_get_stats(t, &stats) == TIDE_OK);
+    EXPECT(stats.reserved_bytes[TIDE_POOL_ALL].current == 0);
+
+    tide_destroy(t);
+    tide_sim_destroy(sim);
+    printf("tidepool %d.%d.%d: ok\n", TIDE_VERSION_MAJOR, TIDE_VERSION_MINOR, TIDE_VERSION_PATCH);
+    return 0;
+}
