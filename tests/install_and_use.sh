@@ -2,7 +2,8 @@
 # tidepool installed and used as a package: `cmake --install` of the build into a fresh prefix, the
 # installed tree moved elsewhere (nothing in it may point at where it was installed), then a program
 # built against it through pkg-config (where pkg-config is installed) and through find_package, with
-# the shared and with the static library, each run.
+# the shared and with the static library, each run: on the simulated device, and on CUDA device 0 too
+# where nvidia-smi sees a GPU.
 # Usage: install_and_use.sh BUILD_DIR SOURCE_DIR C_COMPILER
 set -eu
 build=$1
@@ -24,12 +25,18 @@ done
 header_version=$(awk '/#define TIDE_VERSION_(MAJOR|MINOR|PATCH)/ { v = v (v == "" ? "" : ".") $3 } END { print v }' \
     "$prefix/include/tidepool.h")
 
-# Runs a consumer; it must say the header's version and ok.
+gpu=no
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then gpu=yes; fi
+
+# Runs a consumer, and again on the GPU if there is one; it must say the header's version and ok.
 run() {
-    out=$("$@")
-    echo "$out"
-    [ "$out" = "tidepool $header_version: ok" ] || { echo "unexpected output from $1"; exit 1; }
+    for device in sim $([ $gpu = yes ] && echo cuda); do
+        out=$("$@" "$device")
+        echo "$device: $out"
+        [ "$out" = "tidepool $header_version: ok" ] || { echo "unexpected output from $1 $device"; exit 1; }
+    done
 }
+[ $gpu = yes ] || echo "no GPU (nvidia-smi): the consumers run on the simulated device only"
 
 if command -v pkg-config >/dev/null; then
     export PKG_CONFIG_PATH="$libdir/pkgconfig"

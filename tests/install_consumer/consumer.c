@@ -1,9 +1,11 @@
 /*
  * A program that uses tidepool as an installed package would: only <tidepool.h> and the library, found
- * through pkg-config or find_package (tests/install_and_use.sh). It allocates on the simulated device,
- * frees, empties the cache, and checks that the statistics saw it; prints "tidepool VERSION: ok".
+ * through pkg-config or find_package (tests/install_and_use.sh). It allocates on the simulated device
+ * (or, given the argument `cuda`, on CUDA device 0), frees, empties the cache, and checks that the
+ * statistics saw it; prints "tidepool VERSION: ok".
  */
 #include <stdio.h>
+#include <string.h>
 #include <tidepool.h>
 
 #define EXPECT(cond)                                                                               \
@@ -14,12 +16,17 @@
         }                                                                                          \
     } while (0)
 
-int main(void)
+int main(int argc, char **argv)
 {
     tide_sim *sim = NULL;
     tide_allocator *t = NULL;
-    EXPECT(tide_sim_create(NULL, &sim) == TIDE_OK);
-    tide_backend backend = tide_sim_backend(sim);
+    tide_backend backend;
+    if (argc > 1 && strcmp(argv[1], "cuda") == 0) {
+        EXPECT(tide_backend_cuda(0, &backend) == TIDE_OK);
+    } else {
+        EXPECT(tide_sim_create(NULL, &sim) == TIDE_OK);
+        backend = tide_sim_backend(sim);
+    }
     EXPECT(tide_create(&backend, "limit:64MiB", &t) == TIDE_OK);
 
     void *p = NULL;
@@ -34,7 +41,8 @@ int main(void)
     EXPECT(stats.reserved_bytes[TIDE_POOL_ALL].current == 0);
 
     tide_destroy(t);
-    tide_sim_destroy(sim);
+    if (sim)
+        tide_sim_destroy(sim);
     printf("tidepool %d.%d.%d: ok\n", TIDE_VERSION_MAJOR, TIDE_VERSION_MINOR, TIDE_VERSION_PATCH);
     return 0;
 }
