@@ -9,6 +9,12 @@
  *   without going back to the driver. It never hands out a block the device may still be using, and it
  *   gives memory back to the driver when asked (tide_empty_cache, tide_trim), all of it.
  *
+ * BUILDING AGAINST IT
+ *   Once installed (`cmake --install build --prefix DIR`): `pkg-config --cflags --libs tidepool`, or in
+ *   CMake find_package(tidepool) and the target tidepool::tidepool (libtidepool.so) or
+ *   tidepool::tidepool_static (libtidepool.a, which also needs -lpthread -ldl -lm). Nothing of CUDA is
+ *   needed to build or link: the CUDA backend loads the driver when it is asked for.
+ *
  * THE LIFECYCLE OF A BLOCK
  *
  *               tide_malloc                 tide_free (no device use left)
