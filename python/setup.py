@@ -3,6 +3,7 @@
     pip install ./python                       (from the repository root; needs CMake and a C compiler)
 """
 import os
+import re
 import shutil
 import subprocess
 
@@ -11,6 +12,14 @@ from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+
+
+def header_version():
+    """The version tidepool.h defines (TIDE_VERSION_MAJOR.MINOR.PATCH): it is written there only."""
+    with open(os.path.join(ROOT, "include", "tidepool.h")) as f:
+        text = f.read()
+    return ".".join(re.search(r"#define TIDE_VERSION_%s (\d+)" % part, text).group(1)
+                    for part in ("MAJOR", "MINOR", "PATCH"))
 
 
 class BuildWithLibrary(build_py):
@@ -31,7 +40,7 @@ class BuildWithLibrary(build_py):
 
 setup(
     name="tidepool",
-    version="0.1.0",
+    version=header_version(),
     description="A caching allocator for GPU device memory (PyTorch and CuPy integrations)",
     packages=["tidepool"],
     package_data={"tidepool": ["_torch_shim.cpp"]},

@@ -40,6 +40,7 @@ run() {
 
 if command -v pkg-config >/dev/null; then
     export PKG_CONFIG_PATH="$libdir/pkgconfig"
+    # CMakeLists.txt reads the version from tidepool.h: the two must agree
     pc_version=$(pkg-config --modversion tidepool)
     [ "$pc_version" = "$header_version" ] ||
         { echo "tidepool.pc says version $pc_version, tidepool.h $header_version"; exit 1; }
