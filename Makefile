@@ -3,7 +3,7 @@
 #   make check   build, then run the whole test suite
 # Other targets: make build, make check-sanitize (ASan+UBSan), make check-tsan (ThreadSanitizer),
 # make check-valgrind (memcheck), make fuzz (libFuzzer, FUZZ_SECONDS), make coverage (lines the tests
-# run, per file), make gpu-check, make clean.
+# run, per file), make gpu-check, make install (PREFIX, default /usr/local), make clean.
 # docs/reliability.md has the longer runs.
 
 BUILD ?= build
@@ -15,9 +15,10 @@ THREAD_OPS ?= 20000
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
+PREFIX ?= /usr/local
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build demo check check-sanitize check-tsan check-valgrind fuzz coverage gpu-check deps clean
+.PHONY: all build demo check check-sanitize check-tsan check-valgrind fuzz coverage gpu-check install deps clean
 
 all: build
 
@@ -35,6 +36,10 @@ demo: build
 
 check: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# tidepool.h, the libraries, the command, tidepool.pc and the CMake package, under PREFIX.
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # The GPU tests (CUDA backend, cross-stream safety, PyTorch, CuPy); each is skipped without a GPU.
 gpu-check: build
