@@ -11,6 +11,7 @@ SANITIZE_BUILD ?= build-sanitize
 FUZZ_BUILD ?= build-fuzz
 TSAN_BUILD ?= build-tsan
 VALGRIND_BUILD ?= build-valgrind
+COVERAGE_BUILD ?= build-coverage
 THREAD_OPS ?= 20000
 FUZZ_SECONDS ?= 60
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -60,7 +61,7 @@ check-tsan: deps
 
 # Which lines of src/ the CPU tests run, per file (gcov); COVERAGE_LINES=1 lists those they do not.
 coverage: deps
-	scripts/coverage.sh build-coverage $(if $(COVERAGE_LINES),--lines)
+	scripts/coverage.sh $(COVERAGE_BUILD) $(if $(COVERAGE_LINES),--lines)
 
 # Every CPU test inside valgrind memcheck: no errors, no leaks.
 check-valgrind: deps
@@ -84,4 +85,4 @@ fuzz:
 	  -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus fuzz/corpus
 
 clean:
-	rm -rf $(BUILD) $(SANITIZE_BUILD) $(FUZZ_BUILD) $(TSAN_BUILD) $(VALGRIND_BUILD) build-coverage
+	rm -rf $(BUILD) $(SANITIZE_BUILD) $(FUZZ_BUILD) $(TSAN_BUILD) $(VALGRIND_BUILD) $(COVERAGE_BUILD)
