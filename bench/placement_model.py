@@ -2,14 +2,20 @@
 """How few device pages a placement rule could need on a trace, in an idealized model of segments that
 grow (expandable_segments:True).
 
-    python3 bench/placement_model.py [--rules NAME,...] TRACE...
+    python3 bench/placement_model.py [--rules NAME,...] [--large-from MIB] TRACE...
 
 The model grants what no allocator has: a page is mapped exactly while a live block touches it (unmapping
 and mapping again cost nothing and happen at once), and the address range is endless. What is left is
 the placement rule: where each block goes, fixed for its life, chosen when it is allocated without
 knowing the future. The figure is the most pages ever touched at once, times the page size, over the
 peak of live bytes (requested), as `tidepool replay` reports peak reserved over peak live; beside it,
-the operation (counting allocations and frees from 0) at which that many pages were first touched.
+the operation (counting allocations and frees from 0) at which that many pages were first touched, and
+what the grant hides: how many pages a real allocator would have had to map to follow the rule (each
+page a block touches that no live block touched before it), per allocation over the trace's second
+half. A real map costs tens of microseconds (bench/results/2026-11-30-run13.md).
+
+--large-from MIB gives blocks of at least MIB MiB an address range of their own (in each stream), apart
+from the smaller ones, for every rule.
 
 Rules (each block goes in a gap between live blocks: at its low or high end, or at a page boundary):
   first_fit             the lowest address
@@ -32,7 +38,7 @@ import argparse
 import bisect
 import gzip
 import sys
-from collections import Counter
+from collections import Counter, namedtuple
 
 UNIT = 512
 PAGE = (2 << 20) // UNIT  # in units
@@ -114,9 +120,12 @@ class Space:
         return sum(1 for p in pages_of(addr, units) if p not in self.touched)
 
     def place(self, addr, units):
+        """Returns how many of the block's pages no live block touched before."""
+        fresh = self.new_pages(addr, units)
         bisect.insort(self.blocks, (addr, addr + units))
         for p in pages_of(addr, units):
             self.touched[p] += 1
+        return fresh
 
     def remove(self, addr, units):
         self.blocks.pop(bisect.bisect_left(self.blocks, (addr, addr + units)))
@@ -143,12 +152,17 @@ def choose(rule, space, units, stream, last_freed):
     return min(space.gaps(units, stream), key=lambda c: key(*c))[1]
 
 
+Result = namedtuple("Result", "peak_pages peak_at peak_live maps_per_allocation")
+
+
 def replay(ops, place, freed=None):
-    """(peak pages touched, the operation (from 0) that first touched that many, peak live bytes), each
-    block put where place(space, id, units, stream) says; freed(stream, units, addr, id) is told of each
+    """A Result: the peak of pages touched, the operation (from 0) that first touched that many, the peak
+    of live bytes, and the pages newly touched per allocation over the second half of the trace; each
+    block put where place(space, id, units, stream) says. freed(stream, units, addr, id) is told of each
     free."""
     space, where = Space(), {}
     live = peak_live = peak_pages = peak_at = 0
+    half, maps, allocations = len(ops) // 2, 0, 0
     for t, (op, ident, units, size, stream) in enumerate(ops):
         if op == "f":
             addr, units, size, stream = where.pop(ident)
@@ -158,13 +172,23 @@ def replay(ops, place, freed=None):
             live -= size
             continue
         addr = place(space, ident, units, stream)
-        space.place(addr, units)
+        fresh = space.place(addr, units)
+        if t >= half:
+            maps += fresh
+            allocations += 1
         where[ident] = (addr, units, size, stream)
         live += size
         peak_live = max(peak_live, live)
         if len(space.touched) > peak_pages:
             peak_pages, peak_at = len(space.touched), t
-    return peak_pages, peak_at, peak_live
+    return Result(peak_pages, peak_at, peak_live, maps / max(allocations, 1))
+
+
+def with_large_apart(ops, large_from):
+    """ops with each stream split in two address ranges: blocks of at least large_from bytes (rounded
+    to units) in one, the others in the other."""
+    return [(op, ident, units, size, 2 * stream + (units * UNIT >= large_from))
+            for op, ident, units, size, stream in ops]
 
 
 def online(rule, ops):
@@ -210,31 +234,40 @@ OFFLINE_MAX_ALLOCATIONS = 20000  # the plan is quadratic in the number of blocks
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rules", default=",".join(RULES), help="comma-separated, of: " + ", ".join(RULES))
+    parser.add_argument("--large-from", type=float, metavar="MIB",
+                        help="blocks of at least MIB MiB get an address range of their own")
     parser.add_argument("traces", nargs="+")
     args = parser.parse_args()
     rules = args.rules.split(",")
     for r in rules:
         if r not in RULES:
             sys.exit(f"unknown rule {r!r}; the rules are: {', '.join(RULES)}")
+    if args.large_from is not None and not args.large_from > 0:
+        sys.exit(f"--large-from must be a positive number of MiB, not {args.large_from}")
     traces = [(path.rsplit("/", 1)[-1], read_trace(path)) for path in args.traces]  # all checked first
-    print("| trace | rule | peak pages | first at operation | peak pages x 2 MiB / peak live |")
-    print("|---|---|---|---|---|")
+    if args.large_from is not None:
+        traces = [(name, with_large_apart(ops, int(args.large_from * (1 << 20)))) for name, ops in traces]
+    print("| trace | rule | peak pages | first at operation | peak pages x 2 MiB / peak live "
+          "| pages mapped per allocation, second half |")
+    print("|---|---|---|---|---|---|")
     for name, ops in traces:
         peak_live = None
         for rule in rules:
             if rule == "offline_by_size":
                 allocations = sum(op == "a" for op, *_ in ops)
                 if allocations > OFFLINE_MAX_ALLOCATIONS:
-                    print(f"| {name} | {rule} | not computed: {allocations} allocations | | |", flush=True)
+                    print(f"| {name} | {rule} | not computed: {allocations} allocations | | | |", flush=True)
                     continue
-                pages, at, peak_live = offline_by_size(ops)
+                r = offline_by_size(ops)
             else:
-                pages, at, peak_live = online(rule, ops)
-            print(f"| {name} | {rule} | {pages} | {at} | {pages * PAGE * UNIT / peak_live:.4f} |", flush=True)
+                r = online(rule, ops)
+            peak_live = r.peak_live
+            print(f"| {name} | {rule} | {r.peak_pages} | {r.peak_at} | {r.peak_pages * PAGE * UNIT / peak_live:.4f} "
+                  f"| {r.maps_per_allocation:.2f} |", flush=True)
         if peak_live is None:
             continue
         bound = -(-peak_live // (PAGE * UNIT))
-        print(f"| {name} | lower bound (peak live in whole pages) | {bound} | | {bound * PAGE * UNIT / peak_live:.4f} |",
+        print(f"| {name} | lower bound (peak live in whole pages) | {bound} | | {bound * PAGE * UNIT / peak_live:.4f} | |",
               flush=True)
 
 

@@ -50,5 +50,5 @@ def run(ops, mode):
 
 ops = pm.read_trace(sys.argv[1])
 for mode in (0, 1, 2):
-    p, at, live = run(ops, mode)
+    p, at, live = run(ops, mode)[:3]  # (placement_model.replay has a fourth field since run 24)
     print(mode, p, at, round(p * pm.PAGE * pm.UNIT / live, 4))

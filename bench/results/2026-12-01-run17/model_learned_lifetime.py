@@ -31,5 +31,5 @@ def lifetime_rule(ops, L, short_rule="fewest_pages_high", long_rule="fewest_page
 ops = pm.read_trace(sys.argv[1])
 for L in (5, 10, 20, 40, 80):
     for sr, lr in (("fewest_pages_high", "fewest_pages_best"), ("fewest_pages_high", "first_fit"), ("fewest_pages_high","fewest_pages")):
-        p, at, live = lifetime_rule(ops, L, sr, lr)
+        p, at, live = lifetime_rule(ops, L, sr, lr)[:3]  # (placement_model.replay has a fourth field since run 24)
         print(L, sr, lr, p, at, round(p * pm.PAGE * pm.UNIT / live, 4))
