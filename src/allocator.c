@@ -443,7 +443,11 @@ tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream stream, void
     return allocator_malloc(t, size, stream, out, __builtin_return_address(0));
 }
 
-tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out, void *site)
+/* TIDE_NO_CANARY: the addresses it takes of its locals are of a heap pointer, a block pointer and a
+ * status, each handed to one of this library's own functions that writes that one object; there is no
+ * array on its frame for a canary to guard. */
+TIDE_NO_CANARY tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out,
+                                            void *site)
 {
     CHECK_ALLOCATOR(t);
     if (!out)
@@ -533,34 +537,48 @@ __attribute__((noinline, cold)) static tide_status refuse_pending_free(struct he
                       "for the device (pending free)", ptr);
 }
 
+/* tide_free once the block is found, with its heap's lock held. */
+static inline tide_status free_found(tide_allocator *t, void *ptr, struct heap *h, struct block *b,
+                                     const void *site)
+{
+    if (b->state == BLOCK_PENDING)
+        return refuse_pending_free(h, ptr);
+    if (TIDE_UNLIKELY(t->guard != 0))
+        return free_with_guard(t, ptr, h, b, site);
+    tide_status s = lifecycle_free(h, b, site);
+    heap_unlock(h);
+    allocator_debug_check(t, 2, "tide_free");
+    return s;
+}
+
+/* tide_free of a block that is not in this thread's last heap. Out of line, so that the addresses it
+ * takes of its locals (locate's results) leave tide_free itself without a stack canary under
+ * -fstack-protector-strong (see link_prev in heap.c). */
+__attribute__((noinline)) static tide_status free_located(tide_allocator *t, void *ptr, const void *site)
+{
+    struct heap *h;
+    struct block *b;
+    tide_status s = locate(t, (uintptr_t)ptr, "tide_free", &h, &b);
+    if (s != TIDE_OK)
+        return s;
+    return free_found(t, ptr, h, b, site);
+}
+
 tide_status tide_free(tide_allocator *t, void *ptr)
 {
     CHECK_ALLOCATOR(t);
     if (!ptr)
         return TIDE_OK;
-    struct heap *h;
-    struct block *b = NULL;
     /* Most frees come from the thread that allocated, on the same stream: try that heap first. */
     if (TIDE_LIKELY(last_heap.allocator_id == t->id)) {
-        h = last_heap.heap;
+        struct heap *h = last_heap.heap;
         heap_lock(h);
-        b = ptr_map_get(&h->map, (uintptr_t)ptr - t->guard);
-        if (TIDE_UNLIKELY(!b))
-            heap_unlock(h);
+        struct block *b = ptr_map_get(&h->map, (uintptr_t)ptr - t->guard);
+        if (TIDE_LIKELY(b != NULL))
+            return free_found(t, ptr, h, b, __builtin_return_address(0));
+        heap_unlock(h);
     }
-    if (!b) {
-        tide_status s = locate(t, (uintptr_t)ptr, "tide_free", &h, &b);
-        if (s != TIDE_OK)
-            return s;
-    }
-    if (b->state == BLOCK_PENDING)
-        return refuse_pending_free(h, ptr);
-    if (TIDE_UNLIKELY(t->guard != 0))
-        return free_with_guard(t, ptr, h, b, __builtin_return_address(0));
-    tide_status s = lifecycle_free(h, b, __builtin_return_address(0));
-    heap_unlock(h);
-    allocator_debug_check(t, 2, "tide_free");
-    return s;
+    return free_located(t, ptr, __builtin_return_address(0));
 }
 
 tide_status tide_record_stream(tide_allocator *t, void *ptr, tide_stream stream)

@@ -17,7 +17,9 @@ struct block_chunk {
     struct block blocks[BLOCKS_PER_CHUNK];
 };
 
-uint64_t idle_clock(void)
+/* Out of line: the struct it hands clock_gettime, inlined, would give every function on the path of a
+ * free a stack canary under -fstack-protector-strong (see link_prev below). */
+__attribute__((noinline)) uint64_t idle_clock(void)
 {
     /* Orders idle segments by age across heaps. A coarse clock is cheap and shares nothing between
      * threads (a counter would bounce one cache line among them); ties only blur "oldest first". */
@@ -228,11 +230,13 @@ static bool worth_splitting(const struct segment *seg, size_t size, size_t round
 }
 
 /* n->prev = prev, unless n is NULL (the end of the segment). Whether a block is its segment's last is a
- * coin toss on the random paths, so the store goes to a scratch word instead of being branched around. */
-static inline void link_prev(struct block *n, struct block *prev)
+ * coin toss on the random paths, so the store goes to a scratch word instead of being branched around.
+ * The word is the heap's, not a local: a local whose address is taken makes GCC's
+ * -fstack-protector-strong (on by default in Ubuntu's GCC) put a stack canary in every function this is
+ * inlined into, which is most of the hot path (bench/results/2026-12-02-run24.md). */
+static inline void link_prev(struct heap *h, struct block *n, struct block *prev)
 {
-    struct block *scratch;
-    *(n ? &n->prev : &scratch) = prev;
+    *(n ? &n->prev : &h->link_scratch) = prev;
 }
 
 /* Makes the FREE block b ACTIVE for rounded bytes, splitting off the rest if worth it. */
@@ -262,7 +266,7 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
             rest->size = b->size - rounded;
             rest->prev = b;
             rest->next = b->next;
-            link_prev(b->next, rest);
+            link_prev(h, b->next, rest);
             b->next = rest;
             b->size = rounded;
             rest->state = BLOCK_FREE;
@@ -318,7 +322,7 @@ static size_t make_free(struct heap *h, struct block *b, bool stamp_given, uint6
         free_index_remove(fi, prev);
         prev->size += b->size;
         prev->next = b->next;
-        link_prev(b->next, prev);
+        link_prev(h, b->next, prev);
         block_recycle(h, b);
         b = prev;
     }
@@ -327,7 +331,7 @@ static size_t make_free(struct heap *h, struct block *b, bool stamp_given, uint6
         free_index_remove(fi, next);
         b->size += next->size;
         b->next = next->next;
-        link_prev(next->next, b);
+        link_prev(h, next->next, b);
         block_recycle(h, next);
     }
     free_index_insert(fi, b);

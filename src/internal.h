@@ -41,6 +41,21 @@
 #define TIDE_LIKELY(x) __builtin_expect(!!(x), 1)
 #define TIDE_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+/* No stack canary for this function. Ubuntu's GCC builds with -fstack-protector-strong by default,
+ * which puts a canary (a load and a store at entry, a load, a compare and a branch at exit) in every
+ * function with an array or a local whose address is taken, and in everything inlined into it. On the
+ * H200 machine's Ubuntu that cost the hot path 1-5% of an alloc+free pair
+ * (bench/results/2026-12-02-run24.md). The hot path's functions take no local's address, with one
+ * exception marked with this, and the test hot_path_has_no_canary keeps it so. */
+#if defined(__has_attribute)
+#if __has_attribute(no_stack_protector)
+#define TIDE_NO_CANARY __attribute__((no_stack_protector))
+#endif
+#endif
+#ifndef TIDE_NO_CANARY
+#define TIDE_NO_CANARY
+#endif
+
 #define KiB ((size_t)1024)
 #define MiB (1024 * KiB)
 #define GiB (1024 * MiB)
@@ -508,6 +523,7 @@ struct heap {
     struct block *parked;                     /* the last block freed, not merged yet (heap_park) */
     size_t parked_covers;                     /* its segment's size if merging it empties the segment */
     uint64_t parked_since;                    /* ... and then the idle time it was freed at */
+    struct block *link_scratch;               /* where link_prev stores when there is no block after */
     struct block *spare_blocks;               /* recycled block structs */
     struct block_chunk *chunks;
     /* The history (history.c): where this stream's next event goes, in the ring of history_ring; NULL

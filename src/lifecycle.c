@@ -176,6 +176,25 @@ static bool finish_if_done(struct heap *h, struct block *b)
 
 /* ---- transitions ------------------------------------------------------------------------------------ */
 
+/* A fence on each stream b was used on, for lifecycle_free. Out of line: record_fence takes the address
+ * of a local, which inlined would give lifecycle_free (every tide_free) a stack canary under
+ * -fstack-protector-strong (see link_prev in heap.c). */
+__attribute__((noinline)) static void record_uses(struct heap *h, struct block *b)
+{
+    /* Stamped before the fences are recorded: a synchronize that reads a later sequence number started
+     * after this free began, so after the uses this free protects were submitted. */
+    uint64_t seq = atomic_fetch_add(&h->owner->pending_seq, 1);
+    tide_stream *uses = uses_of(b);
+    for (uint16_t i = 0; i < b->nuses; i++) {
+        if (!record_fence(h, b, uses[i], seq)) {
+            h->stats.num_fence_errors++;
+            b->needs_sync = 1;
+            b->sync_seq = seq;
+        }
+    }
+    block_uses_clear(b);
+}
+
 tide_status lifecycle_free(struct heap *h, struct block *b, const void *site)
 {
     enum pool_kind pool = b->seg->pool;
@@ -186,20 +205,8 @@ tide_status lifecycle_free(struct heap *h, struct block *b, const void *site)
     block_uses_clear(b);
     b->refs = 0;
 #endif
-    if (b->nuses) {
-        /* Stamped before the fences are recorded: a synchronize that reads a later sequence number
-         * started after this free began, so after the uses this free protects were submitted. */
-        uint64_t seq = atomic_fetch_add(&h->owner->pending_seq, 1);
-        tide_stream *uses = uses_of(b);
-        for (uint16_t i = 0; i < b->nuses; i++) {
-            if (!record_fence(h, b, uses[i], seq)) {
-                h->stats.num_fence_errors++;
-                b->needs_sync = 1;
-                b->sync_seq = seq;
-            }
-        }
-        block_uses_clear(b);
-    }
+    if (b->nuses)
+        record_uses(h, b);
     if (b->refs || b->fences || b->needs_sync) {
         history_heap_event(h, TIDE_EVENT_FREE_REQUESTED, b->addr, b->size, site);
         b->state = BLOCK_PENDING;
