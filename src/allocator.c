@@ -552,8 +552,8 @@ static inline tide_status free_found(tide_allocator *t, void *ptr, struct heap *
 }
 
 /* tide_free of a block that is not in this thread's last heap. Out of line, so that the addresses it
- * takes of its locals (locate's results) leave tide_free itself without a stack canary under
- * -fstack-protector-strong (see link_prev in heap.c). */
+ * takes of its locals (locate's results) leave tide_free itself without a stack canary (see
+ * TIDE_NO_CANARY in internal.h). */
 __attribute__((noinline)) static tide_status free_located(tide_allocator *t, void *ptr, const void *site)
 {
     struct heap *h;

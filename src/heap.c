@@ -18,7 +18,7 @@ struct block_chunk {
 };
 
 /* Out of line: the struct it hands clock_gettime, inlined, would give every function on the path of a
- * free a stack canary under -fstack-protector-strong (see link_prev below). */
+ * free a stack canary (see TIDE_NO_CANARY in internal.h). */
 __attribute__((noinline)) uint64_t idle_clock(void)
 {
     /* Orders idle segments by age across heaps. A coarse clock is cheap and shares nothing between
@@ -231,9 +231,8 @@ static bool worth_splitting(const struct segment *seg, size_t size, size_t round
 
 /* n->prev = prev, unless n is NULL (the end of the segment). Whether a block is its segment's last is a
  * coin toss on the random paths, so the store goes to a scratch word instead of being branched around.
- * The word is the heap's, not a local: a local whose address is taken makes GCC's
- * -fstack-protector-strong (on by default in Ubuntu's GCC) put a stack canary in every function this is
- * inlined into, which is most of the hot path (bench/results/2026-12-02-run24.md). */
+ * The word is the heap's, not a local, whose address would give most of the hot path a stack canary
+ * (see TIDE_NO_CANARY in internal.h). */
 static inline void link_prev(struct heap *h, struct block *n, struct block *prev)
 {
     *(n ? &n->prev : &h->link_scratch) = prev;

@@ -41,12 +41,12 @@
 #define TIDE_LIKELY(x) __builtin_expect(!!(x), 1)
 #define TIDE_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-/* No stack canary for this function. Ubuntu's GCC builds with -fstack-protector-strong by default,
- * which puts a canary (a load and a store at entry, a load, a compare and a branch at exit) in every
- * function with an array or a local whose address is taken, and in everything inlined into it. On the
- * H200 machine's Ubuntu that cost the hot path 1-5% of an alloc+free pair
- * (bench/results/2026-12-02-run24.md). The hot path's functions take no local's address, with one
- * exception marked with this, and the test hot_path_has_no_canary keeps it so. */
+/* No stack canary for this function, and why the hot path has none. Ubuntu's GCC builds with
+ * -fstack-protector-strong by default, which puts a canary (a load and a store at entry, a load, a
+ * compare and a branch at exit) in every function with an array or a local whose address is taken, and
+ * in everything inlined into it. On the H200 machine's Ubuntu that cost the hot path 1-5% of an
+ * alloc+free pair (bench/results/2026-12-02-run24.md). The hot path's functions take no local's
+ * address, with one exception marked with this, and the test hot_path_has_no_canary keeps it so. */
 #if defined(__has_attribute)
 #if __has_attribute(no_stack_protector)
 #define TIDE_NO_CANARY __attribute__((no_stack_protector))

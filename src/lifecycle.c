@@ -177,8 +177,8 @@ static bool finish_if_done(struct heap *h, struct block *b)
 /* ---- transitions ------------------------------------------------------------------------------------ */
 
 /* A fence on each stream b was used on, for lifecycle_free. Out of line: record_fence takes the address
- * of a local, which inlined would give lifecycle_free (every tide_free) a stack canary under
- * -fstack-protector-strong (see link_prev in heap.c). */
+ * of a local, which inlined would give lifecycle_free (every tide_free) a stack canary (see
+ * TIDE_NO_CANARY in internal.h). */
 __attribute__((noinline)) static void record_uses(struct heap *h, struct block *b)
 {
     /* Stamped before the fences are recorded: a synchronize that reads a later sequence number started
