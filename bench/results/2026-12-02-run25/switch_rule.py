@@ -4,7 +4,7 @@ Could the rule hand over, once the first T allocations are placed, to one that p
 mapped, so that the steady state maps nothing? Four second rules, each keyed on (pages not touched by a
 live block, pages not mapped, ...) or mapped pages first; the peak is over the whole trace.
 
-    python3 bench/results/2026-12-02-run25/switch_rule.py traces/lstm_loop.csv.gz 2 80,200,1000,3000
+    python3 bench/results/2026-12-02-run25/switch_rule.py traces/lstm_loop.csv.gz 2 0,80,200,1000,3000
 """
 import os
 import sys
