@@ -158,7 +158,7 @@ def choose(rule, space, units, stream, last_freed):
     return min(space.gaps(units, stream), key=lambda c: key(*c))[1]
 
 
-Result = namedtuple("Result", "peak_pages peak_at peak_live maps_per_allocation moves_per_allocation")
+Result = namedtuple("Result", "peak_pages peak_at peak_live maps_per_allocation kept_maps_per_allocation")
 
 
 class KeptMapped:
@@ -204,7 +204,7 @@ def replay(ops, place, freed=None, kept_mapped=KeptMapped):
     place(space, id, units, stream) says. freed(stream, units, addr, id) is told of each free."""
     space, where, kept = Space(), {}, kept_mapped()
     live = peak_live = peak_pages = peak_at = 0
-    half, maps, moves, allocations = len(ops) // 2, 0, 0, 0
+    half, maps, kept_maps, allocations = len(ops) // 2, 0, 0, 0
     for t, (op, ident, units, size, stream) in enumerate(ops):
         if op == "f":
             addr, units, size, stream = where.pop(ident)
@@ -216,10 +216,10 @@ def replay(ops, place, freed=None, kept_mapped=KeptMapped):
             continue
         addr = place(space, ident, units, stream)
         fresh = space.place(addr, units)
-        moved = kept.placed(addr, units)
+        mapped_here = kept.placed(addr, units)
         if t >= half:
             maps += fresh
-            moves += moved
+            kept_maps += mapped_here
             allocations += 1
         where[ident] = (addr, units, size, stream)
         live += size
@@ -228,7 +228,7 @@ def replay(ops, place, freed=None, kept_mapped=KeptMapped):
             peak_pages, peak_at = len(space.touched), t
         # What the module's docstring claims: moving idle pages never needs more memory than the grant.
         assert len(kept.mapped) <= peak_pages, (t, len(kept.mapped), peak_pages)
-    return Result(peak_pages, peak_at, peak_live, maps / max(allocations, 1), moves / max(allocations, 1))
+    return Result(peak_pages, peak_at, peak_live, maps / max(allocations, 1), kept_maps / max(allocations, 1))
 
 
 def with_large_apart(ops, large_from):
@@ -310,7 +310,7 @@ def main():
                 r = online(rule, ops)
             peak_live = r.peak_live
             print(f"| {name} | {rule} | {r.peak_pages} | {r.peak_at} | {r.peak_pages * PAGE * UNIT / peak_live:.4f} "
-                  f"| {r.maps_per_allocation:.2f} | {r.moves_per_allocation:.2f} |", flush=True)
+                  f"| {r.maps_per_allocation:.2f} | {r.kept_maps_per_allocation:.2f} |", flush=True)
         if peak_live is None:
             continue
         bound = -(-peak_live // (PAGE * UNIT))

@@ -48,7 +48,7 @@ def main():
             last_freed[(stream, units)] = addr
 
         r = pm.replay(ops, place, freed, kept)
-        print(f"| {name} | {r.peak_pages} | {r.moves_per_allocation:.2f} |", flush=True)
+        print(f"| {name} | {r.peak_pages} | {r.kept_maps_per_allocation:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ def main():
 
             r = pm.replay(ops, place, None, Kept)
             print(f"| {name} | {T} | {r.peak_pages} | {r.peak_at} | {r.peak_pages * 2 * 2**20 / r.peak_live:.4f} "
-                  f"| {r.moves_per_allocation:.2f} |", flush=True)
+                  f"| {r.kept_maps_per_allocation:.2f} |", flush=True)
 
 
 if __name__ == "__main__":
