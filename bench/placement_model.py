@@ -171,8 +171,7 @@ class KeptMapped:
 
     def freed(self, space, addr, units):
         for p in pages_of(addr, units):
-            if p not in space.touched:
-                self.idle.pop(p, None)
+            if p not in space.touched:  # a touched page is never idle, so p is not in idle yet
                 self.idle[p] = None
 
     def placed(self, addr, units):
@@ -238,7 +237,7 @@ def with_large_apart(ops, large_from):
             for op, ident, units, size, stream in ops]
 
 
-def online(rule, ops):
+def online(rule, ops, kept_mapped=KeptMapped):
     """replay() with an online rule: each placement sees only what has happened so far."""
     last_freed = {}  # (stream, units) -> where the last block of that size was freed (same_place)
 
@@ -248,7 +247,7 @@ def online(rule, ops):
     def freed(stream, units, addr, ident):
         last_freed[(stream, units)] = addr
 
-    return replay(ops, place, freed)
+    return replay(ops, place, freed, kept_mapped)
 
 
 def offline_by_size(ops):

@@ -39,15 +39,7 @@ def main():
           "| peak pages | pages mapped per allocation, second half |")
     print("|---|---|---|")
     for name, kept in ORDERS.items():
-        last_freed = {}
-
-        def place(space, ident, units, stream):
-            return pm.choose(rule, space, units, stream, last_freed)
-
-        def freed(stream, units, addr, ident):
-            last_freed[(stream, units)] = addr
-
-        r = pm.replay(ops, place, freed, kept)
+        r = pm.online(rule, ops, kept)
         print(f"| {name} | {r.peak_pages} | {r.kept_maps_per_allocation:.2f} |", flush=True)
 
 
