@@ -2,6 +2,10 @@
 //
 //   gpu_bench micro [reps] [--only NAME]   the micro patterns (bench/micro_patterns.h), ns per
 //                                    alloc+free pair (--only: one allocator; the others show 0)
+//   gpu_bench turns [rounds]         the one-thread micro patterns in short turns (about a millisecond
+//                                    of tidepool's), the three allocators back to back in each round,
+//                                    in rotating order: the median of the rounds' time ratios with its
+//                                    quartiles (default 61 rounds)
 //   gpu_bench replay TRACE...        each trace replayed through each allocator: ns per operation,
 //                                    peak reserved, peak reserved / peak live, driver calls in the warm
 //                                    passes (there should be none). The cold pass carries
@@ -119,7 +123,8 @@ void micro(Allocators &a, int reps, const char *only)
         each[i] = &own_b[i];
     }
     // One pattern at a time, the three allocators taking turns within each repetition, so that the
-    // machine's drift over the run falls on all alike.
+    // machine's drift over the run falls on all alike. Who goes first rotates from one repetition to
+    // the next, so that none is always the one to meet a change of the machine's phase first.
     auto run = [&](int row, const bench_allocator *al) {
         switch (row) {
         case BENCH_SAME_SIZE: return bench_one_thread(row, al, 300000, handles[0]);
@@ -132,11 +137,14 @@ void micro(Allocators &a, int reps, const char *only)
     };
     const int rows = 9;
     double result[rows][3], paired[rows][3], arithmetic[2][2][32]; // [chains: 1, 8][threads: 1, 8]
+    double each_rep[rows][3][32];
     for (int row = 0; row < rows; row++) {
-        double v[3][32];
+        double (&v)[3][32] = each_rep[row];
         for (int r = 0; r < reps; r++)
-            for (int k = 0; k < 3; k++)
+            for (int turn = 0; turn < 3; turn++) {
+                int k = (r + turn) % 3;
                 v[k][r] = !only || !strcmp(only, all[k]->name) ? run(row, all[k]) : 0.0;
+            }
         if (row == 6) // the machine's own scaling, measured beside the threaded rows
             for (int r = 0; r < reps; r++)
                 for (int wide = 0; wide < 2; wide++) {
@@ -153,8 +161,11 @@ void micro(Allocators &a, int reps, const char *only)
                 ratio[r] = v[0][r] > 0 ? v[k][r] / v[0][r] : 0.0;
             paired[row][k] = bench_median(ratio, reps);
         }
-        for (int k = 0; k < 3; k++)
-            result[row][k] = bench_median(v[k], reps);
+        for (int k = 0; k < 3; k++) {
+            double sorted[32];
+            memcpy(sorted, v[k], sizeof sorted); // bench_median sorts; each_rep keeps the run's order
+            result[row][k] = bench_median(sorted, reps);
+        }
     }
     printf("| pattern (ns per alloc+free pair, median of %d) | tidepool | PyTorch | cudaMallocAsync | "
            "PyTorch / tidepool | cudaMallocAsync / tidepool | PyTorch / tidepool, median of the repetitions' "
@@ -186,12 +197,73 @@ void micro(Allocators &a, int reps, const char *only)
            scale[0], scale[1], result[7][0] / result[6][0], result[7][1] / result[6][1], result[7][2] / result[6][2]);
     printf("controls: tidepool with an allocator per thread gives %.2fx one thread's throughput (one shared "
            "allocator: %.2fx)\n", result[3][0] / result[8][0], result[3][0] / result[6][0]);
+    // Every repetition's figures, in the order they ran, so that a change of the machine's phase
+    // within the run can be seen (and the ratios above checked).
+    printf("\neach repetition, ns per pair, tidepool / PyTorch / cudaMallocAsync (repetition r ran tidepool "
+           "first when r %% 3 == 0, PyTorch first when 1, cudaMallocAsync first when 2):\n\n");
+    for (int row = 0; row < rows; row++) {
+        printf("- %s:", patterns[row]);
+        for (int r = 0; r < reps; r++)
+            printf(" %.1f/%.1f/%.1f", each_rep[row][0][r], each_rep[row][1][r], each_rep[row][2][r]);
+        printf("\n");
+    }
     for (auto t : own) {
         tide_empty_cache(t, nullptr);
         tide_destroy(t);
     }
     for (auto s : streams)
         CUDA_OK(cudaStreamDestroy(s));
+}
+
+// ---- turns -------------------------------------------------------------------------------------------
+
+// The element at quantile q of v (sorted here), as bench/ab_micro.c reads its quartiles.
+double quantile(std::vector<double> v, double q)
+{
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, (size_t)(q * (double)v.size()))];
+}
+
+// The one-thread micro patterns, timed in short turns. This host switches between a fast and a slow
+// phase within a second or two (bench/results/2026-12-02-run26.md), and one of micro's repetitions
+// lasts long enough for a switch to fall between tidepool's turn and PyTorch's. Here each turn is a
+// few thousand pairs (about a millisecond of tidepool's time, ten of PyTorch's), so that the three
+// turns of a round mostly share a phase, and the median of many rounds' ratios measures the
+// allocators rather than the phase. The same pairs for every allocator; who goes first rotates.
+void turns(Allocators &a, int rounds)
+{
+    cudaStream_t stream;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    uintptr_t handle = reinterpret_cast<uintptr_t>(stream);
+    const bench_allocator *all[3] = {&a.tidepool, &a.torch, &a.async};
+    const size_t pairs[BENCH_ONE_THREAD_PATTERNS] = {10000, 5000, 5000};
+    printf("| pattern (%d rounds) | pairs a turn | tidepool, ns per pair (median) | PyTorch | cudaMallocAsync | "
+           "PyTorch / tidepool, median of the rounds [quartiles] | cudaMallocAsync / tidepool [quartiles] |\n"
+           "|---|---|---|---|---|---|---|\n", rounds);
+    for (int p = 0; p < BENCH_ONE_THREAD_PATTERNS; p++) {
+        for (const bench_allocator *al : all) // warm: each allocator's cache holds the pattern's blocks
+            bench_one_thread(p, al, pairs[p], handle);
+        std::vector<double> ns[3], ratio[3]; // ratio[k]: allocator k's time over tidepool's (k = 1, 2)
+        for (int r = 0; r < rounds; r++) {
+            double v[3];
+            for (int turn = 0; turn < 3; turn++) {
+                int k = (r + turn) % 3;
+                v[k] = bench_one_thread(p, all[k], pairs[p], handle);
+            }
+            for (int k = 0; k < 3; k++) {
+                ns[k].push_back(v[k]);
+                if (k > 0)
+                    ratio[k].push_back(v[k] / v[0]);
+            }
+        }
+        printf("| %s | %zu | %.1f | %.1f | %.1f | %.2fx [%.2f, %.2f] | %.2fx [%.2f, %.2f] |\n",
+               bench_one_thread_names[p], pairs[p], quantile(ns[0], 0.5), quantile(ns[1], 0.5),
+               quantile(ns[2], 0.5), quantile(ratio[1], 0.5), quantile(ratio[1], 0.25), quantile(ratio[1], 0.75),
+               quantile(ratio[2], 0.5), quantile(ratio[2], 0.25), quantile(ratio[2], 0.75));
+        fflush(stdout);
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaStreamDestroy(stream));
 }
 
 // ---- replay ------------------------------------------------------------------------------------------
@@ -367,7 +439,7 @@ void history_cost(Allocators &a, size_t events, const trace &t, const char *name
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: gpu_bench micro [reps] [--only NAME] | replay [--only tidepool|pytorch|cudaMallocAsync] TRACE... | "
+        fprintf(stderr, "usage: gpu_bench micro [reps] [--only NAME] | turns [rounds] | replay [--only tidepool|pytorch|cudaMallocAsync] TRACE... | "
                         "history EVENTS TRACE...\n");
         return 2;
     }
@@ -376,6 +448,10 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "micro")) {
         const char *only = argc > 4 && !strcmp(argv[3], "--only") ? argv[4] : nullptr;
         micro(a, argc > 2 ? std::max(1, std::min(31, atoi(argv[2]))) : 5, only);
+        return 0;
+    }
+    if (!strcmp(argv[1], "turns")) {
+        turns(a, argc > 2 ? std::max(3, std::min(1001, atoi(argv[2]))) : 61);
         return 0;
     }
     if (!strcmp(argv[1], "history") && argc > 3) {

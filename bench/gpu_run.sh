@@ -3,8 +3,8 @@
 # results under $OUT (default bench/out). Phases, so that each fits in one sitting:
 #   bench/gpu_run.sh tests          build, GPU tests (C, CUDA, PyTorch, CuPy), compute-sanitizer,
 #                                   GPT-2 loss determinism
-#   bench/gpu_run.sh bench          micro-benchmarks and trace replays against PyTorch's allocator and
-#                                   cudaMallocAsync
+#   bench/gpu_run.sh bench          micro-benchmarks (gpu_bench micro, then turns) and trace replays
+#                                   against PyTorch's allocator and cudaMallocAsync
 #   bench/gpu_run.sh history        what tidepool's history costs: warm replays on the GPU with it off
 #                                   and on in turn (gpu_bench history), then the same on the simulated
 #                                   device, the allocator alone (bench/history_overhead.sh)
@@ -81,6 +81,8 @@ bench)
     bench/build_gpu_bench.sh $BUILD || exit 1
     echo "== micro: tidepool, PyTorch's allocator and cudaMallocAsync in one process"
     $BUILD/gpu_bench micro 5 | tee "$OUT/micro.md"
+    echo "== the one-thread micro patterns in short turns: the median of 101 rounds' ratios"
+    $BUILD/gpu_bench turns 101 | tee "$OUT/turns.md"
     echo "== replay: every shipped trace, in one process (PyTorch with expandable segments in a second)"
     $BUILD/gpu_bench replay traces/*.csv.gz | tee "$OUT/replay.md"
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $BUILD/gpu_bench replay --only torch traces/*.csv.gz \
