@@ -5,7 +5,8 @@
 //   gpu_bench turns [rounds]         the one-thread micro patterns in short turns (about a millisecond
 //                                    of tidepool's), the three allocators back to back in each round,
 //                                    in rotating order: the median of the rounds' time ratios with its
-//                                    quartiles (default 61 rounds)
+//                                    quartiles (default 61 rounds); then tidepool's eight threads over
+//                                    one thread, likewise in turns
 //   gpu_bench replay TRACE...        each trace replayed through each allocator: ns per operation,
 //                                    peak reserved, peak reserved / peak live, driver calls in the warm
 //                                    passes (there should be none). The cold pass carries
@@ -97,31 +98,52 @@ void setup(Allocators &a)
 
 // ---- micro -------------------------------------------------------------------------------------------
 
+// Eight streams for the threaded patterns, and eight tidepool allocators for the control that shares
+// nothing of tidepool between threads (one allocator per thread).
+struct ThreadedSetup {
+    std::vector<cudaStream_t> streams = std::vector<cudaStream_t>(8);
+    std::vector<uintptr_t> handles = std::vector<uintptr_t>(8);
+    tide_allocator *own[8] = {};
+    bench_allocator own_b[8];
+    const bench_allocator *each[8];
+
+    ThreadedSetup()
+    {
+        for (int i = 0; i < 8; i++) {
+            CUDA_OK(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
+            handles[i] = reinterpret_cast<uintptr_t>(streams[i]);
+            tide_backend be;
+            if (tide_backend_cuda(0, &be) != TIDE_OK || tide_create(&be, nullptr, &own[i]) != TIDE_OK) {
+                fprintf(stderr, "tidepool: %s\n", tide_last_error());
+                exit(1);
+            }
+            own_b[i] = bench_tidepool("tidepool", own[i]);
+            each[i] = &own_b[i];
+        }
+    }
+    ~ThreadedSetup()
+    {
+        CUDA_OK(cudaDeviceSynchronize());
+        for (auto t : own) {
+            tide_empty_cache(t, nullptr);
+            tide_destroy(t);
+        }
+        for (auto s : streams)
+            CUDA_OK(cudaStreamDestroy(s));
+    }
+    ThreadedSetup(const ThreadedSetup &) = delete;
+    ThreadedSetup &operator=(const ThreadedSetup &) = delete;
+};
+
 void micro(Allocators &a, int reps, const char *only)
 {
-    std::vector<cudaStream_t> streams(8);
-    std::vector<uintptr_t> handles(8);
-    for (int i = 0; i < 8; i++) {
-        CUDA_OK(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
-        handles[i] = reinterpret_cast<uintptr_t>(streams[i]);
-    }
+    ThreadedSetup setup;
+    const std::vector<uintptr_t> &handles = setup.handles;
+    const bench_allocator *const *each = setup.each;
     const bench_allocator *all[3] = {&a.tidepool, &a.torch, &a.async};
     const char *patterns[] = {"same 1 MiB", "random 256B-4MiB, 64 live", "random 1MiB-256MiB, 16 live",
                               "1 thread", "2 threads", "4 threads", "8 threads",
                               "1 thread, 7 cores busy (a control)", "8 threads, an allocator each (a control)"};
-    // The last control: 8 tidepool allocators, one per thread, so that nothing of tidepool is shared.
-    tide_allocator *own[8] = {};
-    bench_allocator own_b[8];
-    const bench_allocator *each[8];
-    for (int i = 0; i < 8; i++) {
-        tide_backend be;
-        if (tide_backend_cuda(0, &be) != TIDE_OK || tide_create(&be, nullptr, &own[i]) != TIDE_OK) {
-            fprintf(stderr, "tidepool: %s\n", tide_last_error());
-            exit(1);
-        }
-        own_b[i] = bench_tidepool("tidepool", own[i]);
-        each[i] = &own_b[i];
-    }
     // One pattern at a time, the three allocators taking turns within each repetition, so that the
     // machine's drift over the run falls on all alike. Who goes first rotates from one repetition to
     // the next, so that none is always the one to meet a change of the machine's phase first.
@@ -207,12 +229,6 @@ void micro(Allocators &a, int reps, const char *only)
             printf(" %.1f/%.1f/%.1f", each_rep[row][0][r], each_rep[row][1][r], each_rep[row][2][r]);
         printf("\n");
     }
-    for (auto t : own) {
-        tide_empty_cache(t, nullptr);
-        tide_destroy(t);
-    }
-    for (auto s : streams)
-        CUDA_OK(cudaStreamDestroy(s));
 }
 
 // ---- turns -------------------------------------------------------------------------------------------
@@ -232,9 +248,8 @@ double quantile(std::vector<double> v, double q)
 // allocators rather than the phase. The same pairs for every allocator; who goes first rotates.
 void turns(Allocators &a, int rounds)
 {
-    cudaStream_t stream;
-    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    uintptr_t handle = reinterpret_cast<uintptr_t>(stream);
+    ThreadedSetup setup;
+    uintptr_t handle = setup.handles[0];
     const bench_allocator *all[3] = {&a.tidepool, &a.torch, &a.async};
     const size_t pairs[BENCH_ONE_THREAD_PATTERNS] = {10000, 5000, 5000};
     printf("| pattern (%d rounds) | pairs a turn | tidepool, ns per pair (median) | PyTorch | cudaMallocAsync | "
@@ -262,8 +277,33 @@ void turns(Allocators &a, int rounds)
                quantile(ratio[2], 0.5), quantile(ratio[2], 0.25), quantile(ratio[2], 0.75));
         fflush(stdout);
     }
-    CUDA_OK(cudaDeviceSynchronize());
-    CUDA_OK(cudaStreamDestroy(stream));
+
+    // Eight threads on eight streams against one thread, tidepool's alone (the target is its own
+    // scaling): in each round one thread, eight threads through the one allocator, and eight threads
+    // each through an allocator of its own (the control, which shares nothing of tidepool), in
+    // rotating order, the small random pattern throughout.
+    const size_t per_thread = 20000;
+    bench_threads(&a.tidepool, 8, setup.handles.data(), per_thread); // warm every stream's heap
+    bench_threads_each(setup.each, 8, setup.handles.data(), per_thread);
+    std::vector<double> shared, own;
+    for (int r = 0; r < rounds; r++) {
+        double one = 0, eight = 0, eight_own = 0;
+        for (int turn = 0; turn < 3; turn++) {
+            switch ((r + turn) % 3) {
+            case 0: one = bench_threads(&a.tidepool, 1, setup.handles.data(), per_thread); break;
+            case 1: eight = bench_threads(&a.tidepool, 8, setup.handles.data(), per_thread); break;
+            default: eight_own = bench_threads_each(setup.each, 8, setup.handles.data(), per_thread); break;
+            }
+        }
+        shared.push_back(one / eight);
+        own.push_back(one / eight_own);
+    }
+    printf("\n| tidepool, small random pattern (%d rounds, %zu pairs a thread) | throughput of 8 threads on 8 "
+           "streams over 1 thread's, median of the rounds [quartiles] |\n|---|---|\n", rounds, per_thread);
+    printf("| one allocator | %.2fx [%.2f, %.2f] |\n", quantile(shared, 0.5), quantile(shared, 0.25),
+           quantile(shared, 0.75));
+    printf("| an allocator per thread (the control: nothing of tidepool shared) | %.2fx [%.2f, %.2f] |\n",
+           quantile(own, 0.5), quantile(own, 0.25), quantile(own, 0.75));
 }
 
 // ---- replay ------------------------------------------------------------------------------------------
