@@ -1,0 +1,14 @@
+#!/bin/bash
+# Run 26, call 2: gpu_bench micro 7 with the order of the allocators rotating from one repetition to
+# the next, and every repetition's figures printed; then the replays through all three allocators.
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p $OUT
+exec > >(tee -a $OUT/log2.txt) 2>&1
+echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?') (+ working tree: bench/gpu_bench.cpp)"
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTIDE_WERROR=ON >/dev/null && cmake --build build-gpu -j16 2>&1 | grep -E " error |Error"
+bench/build_gpu_bench.sh build-gpu 2>&1 | tail -3
+echo "== $(date -u +%FT%TZ) gpu_bench micro 7"
+timeout 300 build-gpu/gpu_bench micro 7 > $OUT/micro7.md; cat $OUT/micro7.md
+echo "== $(date -u +%FT%TZ) replay, all three allocators, one process"
+timeout 100 build-gpu/gpu_bench replay traces/*.csv.gz | tee $OUT/replay.md
+echo "== done $(date -u +%FT%TZ)"
