@@ -483,15 +483,25 @@ int main(int argc, char **argv)
                         "history EVENTS TRACE...\n");
         return 2;
     }
+    // The counts are checked before the GPU and PyTorch are set up, which takes seconds.
+    bool is_micro = !strcmp(argv[1], "micro"), is_turns = !strcmp(argv[1], "turns");
+    int count = argc > 2 ? atoi(argv[2]) : is_micro ? 5 : 61;
+    if (is_micro && (count < 1 || count > 31)) {
+        fprintf(stderr, "gpu_bench micro: repetitions must be 1 to 31, not %s\n", argv[2]);
+        return 2;
+    }
+    if (is_turns && (count < 3 || count > 1001)) {
+        fprintf(stderr, "gpu_bench turns: rounds must be 3 to 1001, not %s\n", argv[2]);
+        return 2;
+    }
     Allocators a;
     setup(a);
-    if (!strcmp(argv[1], "micro")) {
-        const char *only = argc > 4 && !strcmp(argv[3], "--only") ? argv[4] : nullptr;
-        micro(a, argc > 2 ? std::max(1, std::min(31, atoi(argv[2]))) : 5, only);
+    if (is_micro) {
+        micro(a, count, argc > 4 && !strcmp(argv[3], "--only") ? argv[4] : nullptr);
         return 0;
     }
-    if (!strcmp(argv[1], "turns")) {
-        turns(a, argc > 2 ? std::max(3, std::min(1001, atoi(argv[2]))) : 61);
+    if (is_turns) {
+        turns(a, count);
         return 0;
     }
     if (!strcmp(argv[1], "history") && argc > 3) {
