@@ -93,6 +93,24 @@ def pages_of(addr, units):
     return range(addr // PAGE, (addr + units - 1) // PAGE + 1)
 
 
+def gaps_between(intervals, base, units, limit=None):
+    """(gap size, address) candidates for a block of `units` among sorted (start, end) intervals, from
+    base up: in each gap, at its low end, at its first page boundary, ending at its last page boundary,
+    and at its high end. Past the last interval, the gap ends at `limit`, or with no limit, only its low
+    end and first page boundary are candidates."""
+    prev_end = base
+    for start, end in list(intervals) + [(limit, limit) if limit is not None else (END, END)]:
+        gap = start - prev_end
+        if gap >= units:
+            candidates = {prev_end, -(-prev_end // PAGE) * PAGE}
+            if start != END:
+                candidates |= {start - units, start // PAGE * PAGE - units}
+            for addr in candidates:
+                if addr >= prev_end and addr + units <= start:
+                    yield gap, addr
+        prev_end = max(prev_end, end)
+
+
 class Space:
     """The live blocks (sorted intervals) and the pages they touch."""
 
@@ -101,22 +119,11 @@ class Space:
         self.touched = Counter()  # page -> live blocks touching it
 
     def gaps(self, units, stream):
-        """(gap size, address) candidates for a block of `units`: in each gap between live blocks, at its
-        low end, at its first page boundary, ending at its last page boundary, and at its high end."""
+        """gaps_between() the live blocks of the stream's address range."""
         base = stream * STREAM_SPACE
         lo = bisect.bisect_left(self.blocks, (base, base))
         hi = bisect.bisect_left(self.blocks, (base + STREAM_SPACE, base))
-        prev_end = base
-        for start, end in self.blocks[lo:hi] + [(END, END)]:
-            gap = start - prev_end
-            if gap >= units:
-                candidates = {prev_end, -(-prev_end // PAGE) * PAGE}
-                if start != END:
-                    candidates |= {start - units, start // PAGE * PAGE - units}
-                for addr in candidates:
-                    if addr >= prev_end and addr + units <= start:
-                        yield gap, addr
-            prev_end = max(prev_end, end)
+        return gaps_between(self.blocks[lo:hi], base, units)
 
     def is_free(self, addr, units):
         k = bisect.bisect_left(self.blocks, (addr, addr))

@@ -27,6 +27,31 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import placement_model as pm
 
 
+def pack(order, obstacles, meets, any_range=True, lowest=False):
+    """A static plan for the blocks of `order`, placed one after another: each (.., .., units, home range,
+    ...) where it touches the fewest pages not yet used by the plan and the obstacles ((addr, units,
+    range), there all along), then at the highest address (the lowest if `lowest`), among the gaps left
+    by the obstacles and the blocks already planned that it meets(block, planned block) in time; in any
+    range, or only in its home range. Returns (pages used, [(block, addr, range)])."""
+    used = set(q for a, n, s in obstacles for q in pm.pages_of(a, n))
+    ranges = sorted({b[3] for b in order} | {s for a, n, s in obstacles})
+    placed = []
+    for block in order:
+        units, best = block[2], None
+        for stream in (ranges if any_range else [block[3]]):
+            taken = sorted([(a, a + n) for a, n, s in obstacles if s == stream] +
+                           [(a, a + other[2]) for other, a, s in placed if s == stream and meets(block, other)])
+            base = stream * pm.STREAM_SPACE
+            for _gap, a in pm.gaps_between(taken, base, units, limit=base + pm.STREAM_SPACE // 2):
+                k = (sum(1 for q in pm.pages_of(a, units) if q not in used), a if lowest else -a)
+                if best is None or k < best[0]:
+                    best = (k, a, stream)
+        _, addr, stream = best
+        used.update(pm.pages_of(addr, units))
+        placed.append((block, addr, stream))
+    return len(used), placed
+
+
 RULE = os.environ.get("PLAN_RULE", "pages")
 ANY_RANGE = os.environ.get("ANY_RANGE", "1") == "1"
 TRIES = int(os.environ.get("TRIES", "0"))
@@ -52,7 +77,7 @@ def main():
     plan = {}       # phase in the super-period -> planned address
     state = {"planned": False, "taken": 0, "fell_back": 0}
 
-    def make_plan(space):
+    def make_plan():
         # Obstacles: the blocks live now that were allocated before the loop (live all along).
         obstacles = [(where[i], ops[born[i]][2], ops[born[i]][4]) for i in where
                      if born[i] < start and died.get(i, len(ops)) > switch]
@@ -61,8 +86,11 @@ def main():
             op, ident, units, size, stream = ops[t]
             if op == "a":
                 blocks.append((t - src, died[ident] - t, units, stream))
-        best = min((pack(order, obstacles) for order in orders_of(blocks)), key=lambda r: r[0])
-        pages, placed = best
+        def meets(b, other):  # do their lifetimes meet, each repeated every P operations?
+            return any(b[0] < other[0] + shift + other[1] and other[0] + shift < b[0] + b[1] for shift in (-P, 0, P))
+        pages, packed = min((pack(order, obstacles, meets, ANY_RANGE, RULE == "lowest") for order in orders_of(blocks)),
+                           key=lambda r: r[0])
+        placed = [(b[0], b[1], addr, b[2], stream) for b, addr, stream in packed]
         for phase, dur, addr, units, stream in placed:
             plan[phase] = addr
         for st in sorted({s for *_x, s in placed} | {s for a, n, s in obstacles}):
@@ -86,42 +114,11 @@ def main():
             orders.append(o)
         return orders
 
-    def conflict(p1, d1, p2, d2):
-        # Do [p1, p1+d1) and [p2, p2+d2) meet, each repeated every P operations?
-        return any(p1 < p2 + shift + d2 and p2 + shift < p1 + d1 for shift in (-P, 0, P))
-
-    def pack(order, obstacles):
-        """(pages touched by the obstacles and the plan, the plan: (phase, duration, addr, units, range))"""
-        used = set(q for a, n, s in obstacles for q in pm.pages_of(a, n))
-        ranges = sorted({b[3] for b in order} | {s for a, n, s in obstacles})
-        placed = []
-        for phase, dur, units, home in order:
-            best = None
-            for stream in (ranges if ANY_RANGE else [home]):
-                taken = sorted([(a, a + n) for a, n, s in obstacles if s == stream] +
-                               [(a, a + n) for ph, d, a, n, s in placed if s == stream and conflict(phase, dur, ph, d)])
-                base = stream * pm.STREAM_SPACE
-                cands, prev_end = [], base
-                for lo, hi in taken + [(base + pm.STREAM_SPACE // 2, base + pm.STREAM_SPACE // 2)]:
-                    if lo - prev_end >= units:
-                        for a in {prev_end, -(-prev_end // pm.PAGE) * pm.PAGE, lo - units, lo // pm.PAGE * pm.PAGE - units}:
-                            if a >= prev_end and a + units <= lo:
-                                cands.append(a)
-                    prev_end = max(prev_end, hi)
-                for a in cands:
-                    k = (sum(1 for q in pm.pages_of(a, units) if q not in used), a if RULE == "lowest" else -a)
-                    if best is None or k < best[0]:
-                        best = (k, a, stream)
-            _, addr, stream = best
-            used.update(pm.pages_of(addr, units))
-            placed.append((phase, dur, addr, units, stream))
-        return len(used), placed
-
     def place(space, ident, units, stream):
         t = born[ident]
         if t >= switch:
             if not state["planned"]:
-                make_plan(space)
+                make_plan()
             addr = plan.get((t - start) % P)
             if addr is not None and space.is_free(addr, units):
                 state["taken"] += 1

@@ -15,6 +15,7 @@ from collections import Counter
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # bench/
 import placement_model as pm
+from learned_plan import pack
 
 TRIES = int(os.environ.get("TRIES", "0"))
 
@@ -49,30 +50,6 @@ def main():
     where, plan, state = {}, {}, {"step": -1, "taken": 0, "fell_back": 0}
     last_step = step_of(len(ops) - 1)
 
-    def pack(order, obstacles):
-        used = set(q for a, n, s in obstacles for q in pm.pages_of(a, n))
-        ranges = sorted({b[3] for b in order} | {s for a, n, s in obstacles})
-        placed = []
-        for b0, b1, units, home, kk in order:
-            best = None
-            for stream in ranges:
-                taken = sorted([(a, a + n) for a, n, s in obstacles if s == stream] +
-                               [(a, a + n) for p0, p1, a, n, s, _k in placed if s == stream and p0 < b1 and b0 < p1])
-                base = stream * pm.STREAM_SPACE
-                prev_end = base
-                for lo, hi in taken + [(base + pm.STREAM_SPACE // 2, 0)]:
-                    if lo - prev_end >= units:
-                        for a in {prev_end, -(-prev_end // pm.PAGE) * pm.PAGE, lo - units, lo // pm.PAGE * pm.PAGE - units}:
-                            if a >= prev_end and a + units <= lo:
-                                k = (sum(1 for q in pm.pages_of(a, units) if q not in used), -a)
-                                if best is None or k < best[0]:
-                                    best = (k, a, stream)
-                    prev_end = max(prev_end, hi)
-            _, addr, stream = best
-            used.update(pm.pages_of(addr, units))
-            placed.append((b0, b1, addr, units, stream, kk))
-        return len(used), placed
-
     def make_plan(k):
         plan.clear()
         s0, prev0 = step_start(k), step_start(k - 1)
@@ -91,9 +68,10 @@ def main():
                 a, b = rng.randrange(len(o)), rng.randrange(len(o))
                 o[a], o[b] = o[b], o[a]
             orders.append(o)
-        pages, placed = min((pack(o, obstacles) for o in orders), key=lambda r: r[0])
-        for b0, b1, addr, units, stream, kk in placed:
-            plan[kk] = addr
+        pages, placed = min((pack(o, obstacles, lambda b, other: b[0] < other[1] and other[0] < b[1]) for o in orders),
+                            key=lambda r: r[0])
+        for block, addr, stream in placed:
+            plan[block[4]] = addr
 
     def online_place(space, units, stream):
         return pm.choose(rule, space, units, stream, {})
