@@ -591,8 +591,12 @@ static int cmd_stats(int argc, char **argv)
         fprintf(stderr, "tidepool stats: %s: %s\n", argv[0], err);
         return 1;
     }
+    if (n == 0) {
+        fprintf(stderr, "tidepool stats: %s holds no statistics\n", argv[0]);
+        return 1;
+    }
     static const char *pools[] = {"all", "small_pool", "large_pool"};
-    bool *shown = calloc((size_t)n, sizeof *shown);
+    bool shown[MAX_STATS] = {false};
     printf("%-22s %12s %12s %12s %12s %12s %12s\n", "", "all", "all peak", "small", "small peak", "large",
            "large peak");
     for (int i = 0; i < n; i++) {
@@ -623,7 +627,6 @@ static int cmd_stats(int argc, char **argv)
         format_stat(cell, st[i].key, st[i].value);
         printf("%-40s %s\n", st[i].key, cell);
     }
-    free(shown);
     return 0;
 }
 
