@@ -57,7 +57,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "history_micro: %s\n", tide_last_error());
         return 1;
     }
-    double ratios[100];
+    double ratios[100] = {0};
     pairs_ns(t); /* warm up: the segment, the block structs */
     for (int r = 0; r < rounds; r++) {
         tide_history_stop(t);

@@ -361,9 +361,11 @@ static inline int bench_compare_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-/* The median of n values (sorts them). */
+/* The median of n values (sorts them); 0 where there are none. */
 static inline double bench_median(double *v, int n)
 {
+    if (n < 1)
+        return 0.0;
     qsort(v, (size_t)n, sizeof *v, bench_compare_double);
     return v[n / 2];
 }

@@ -4,6 +4,7 @@
 #                                      make check)
 #   scripts/install-deps.sh fuzz       clang and its runtime libraries (make fuzz: libFuzzer, sanitizers)
 #   scripts/install-deps.sh valgrind   valgrind (make check-valgrind)
+#   scripts/install-deps.sh lint       cppcheck (make lint)
 #   scripts/install-deps.sh plot       Chromium, which the test cli_plot_renders draws the plot with, and
 #                                      python3 for the PyTorch snapshot converter's test
 # Several may be given at once.
@@ -20,8 +21,9 @@ for extra in "$@"; do
     case "$extra" in
         fuzz) packages="$packages clang libclang-rt-dev" ;;
         valgrind) packages="$packages valgrind" ;;
+        lint) packages="$packages cppcheck" ;;
         plot) packages="$packages chromium python3" ;;
-        *) echo "install-deps: unknown extra '$extra' (known: fuzz, valgrind, plot)" >&2; exit 2 ;;
+        *) echo "install-deps: unknown extra '$extra' (known: fuzz, valgrind, lint, plot)" >&2; exit 2 ;;
     esac
 done
 export DEBIAN_FRONTEND=noninteractive

@@ -113,6 +113,10 @@ static void test_detects_stray_block_in_index(void)
     scene_open(&s);
     struct block *stray = block_new(s.h);
     CHECK(stray != NULL);
+    if (!stray) {
+        scene_close(&s);
+        return;
+    }
     stray->size = 8192;
     stray->state = BLOCK_FREE;
     free_index_insert(&s.h->free[POOL_SMALL], stray);
