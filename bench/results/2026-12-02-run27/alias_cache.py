@@ -21,7 +21,6 @@ The placement is fewest_pages_high with blocks of 2 MiB and more apart (lstm_loo
 Prints the physical pages' peak, the remaps over the trace and per allocation over its second half, and
 how many virtual pages were ever used."""
 import argparse
-import bisect
 import os
 import sys
 from collections import Counter, OrderedDict, defaultdict
@@ -33,12 +32,10 @@ MIB = 1 << 20
 
 
 def windowed_gaps(window):
+    """Space.gaps, kept to the first `window` pages of the stream's range where any candidate is."""
     def gaps(space, units, stream):
-        base = stream * pm.STREAM_SPACE
-        lo = bisect.bisect_left(space.blocks, (base, base))
-        hi = bisect.bisect_left(space.blocks, (base + pm.STREAM_SPACE, base))
-        every = list(pm.gaps_between(space.blocks[lo:hi], base, units))
-        inside = [c for c in every if c[1] + units <= base + window * pm.PAGE]
+        every = list(space.gaps(units, stream))
+        inside = [c for c in every if c[1] + units <= stream * pm.STREAM_SPACE + window * pm.PAGE]
         return inside or every
     return gaps
 
