@@ -3,7 +3,8 @@
 #   make check   build, then run the whole test suite
 # Other targets: make build, make check-sanitize (ASan+UBSan), make check-tsan (ThreadSanitizer),
 # make check-valgrind (memcheck), make fuzz (libFuzzer, FUZZ_SECONDS), make coverage (lines the tests
-# run, per file), make gpu-check, make install (PREFIX, default /usr/local), make clean.
+# run, per file), make check-speed (instructions per operation within bench/callgrind_budget.txt),
+# make lint (cppcheck), make gpu-check, make install (PREFIX, default /usr/local), make clean.
 # docs/reliability.md has the longer runs.
 
 BUILD ?= build
@@ -19,7 +20,7 @@ CMAKE_FLAGS ?=
 PREFIX ?= /usr/local
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build demo check check-sanitize check-tsan check-valgrind fuzz coverage lint gpu-check install deps clean
+.PHONY: all build demo check check-speed check-sanitize check-tsan check-valgrind fuzz coverage lint gpu-check install deps clean
 
 all: build
 
@@ -37,6 +38,12 @@ demo: build
 
 check: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# The hot path's length, counted by callgrind on every shipped trace (does not move with machine noise):
+# fails if any trace takes more instructions per operation than bench/callgrind_budget.txt allows.
+check-speed: build
+	@command -v valgrind >/dev/null || scripts/install-deps.sh valgrind
+	bench/callgrind_replay.sh --budget bench/callgrind_budget.txt $(BUILD)
 
 # tidepool.h, the libraries, the command, tidepool.pc and the CMake package, under PREFIX.
 install: build

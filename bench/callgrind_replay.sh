@@ -4,9 +4,22 @@
 # simulated device with no simulated kernels, counting only the replay loop (the trace is read first,
 # outside the count).
 #
-#   bench/callgrind_replay.sh [build-dir]      (default: build)
+#   bench/callgrind_replay.sh [--budget FILE] [build-dir [trace...]]   (default: build, traces/*.csv.gz)
+#
+# --budget FILE: then fail (exit 1) if any trace takes more instructions per operation than FILE allows
+# it, or has no line there. FILE holds one line per trace, "name instructions-per-operation"; '#' starts
+# a comment. `make check-speed` runs this with bench/callgrind_budget.txt, in CI.
 set -eu
+BUDGET=
+if [ "${1:-}" = --budget ]; then
+    [ $# -ge 2 ] || { echo "callgrind_replay.sh: --budget needs a file" >&2; exit 2; }
+    BUDGET=$2
+    shift 2
+    [ -r "$BUDGET" ] || { echo "callgrind_replay.sh: cannot read the budget file $BUDGET" >&2; exit 2; }
+fi
 BUILD=${1:-build}
+[ $# -gt 0 ] && shift
+[ $# -gt 0 ] || set -- traces/*.csv.gz
 TOOL="$BUILD/tidepool"
 [ -x "$TOOL" ] || { echo "build first: make build" >&2; exit 1; }
 command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
@@ -25,13 +38,39 @@ taken_jumps() {
         END { print taken + 0 }' "$1"
 }
 printf "%-24s %12s %16s %14s %14s\n" trace operations instructions "per operation" "taken jumps/op"
-for trace in traces/*.csv.gz; do
-    valgrind --tool=callgrind --collect-jumps=yes --dump-instr=yes --callgrind-out-file="$tmp/out" \
+over=0
+for trace in "$@"; do
+    if ! valgrind --tool=callgrind --collect-jumps=yes --dump-instr=yes --callgrind-out-file="$tmp/out" \
         --toggle-collect=replay_passes \
-        "$TOOL" replay --device-work none --no-chart --json "$trace" > "$tmp/json" 2> "$tmp/log"
+        "$TOOL" replay --device-work none --no-chart --json "$trace" > "$tmp/json" 2> "$tmp/log"; then
+        cat "$tmp/log" >&2
+        echo "callgrind_replay.sh: the replay of $trace failed" >&2
+        exit 1
+    fi
     ops=$(sed -n 's/.*"ops": \([0-9]*\).*/\1/p' "$tmp/json")
     ir=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$tmp/out")
     [ -n "$ir" ] || ir=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$tmp/out")
-    printf "%-24s %12s %16s %14.1f %14.1f\n" "$(basename "$trace")" "$ops" "$ir" \
-        "$(echo "$ir $ops" | awk '{print $1/$2}')" "$(echo "$(taken_jumps "$tmp/out") $ops" | awk '{print $1/$2}')"
+    per_op=$(echo "$ir $ops" | awk '{printf "%.1f", $1/$2}')
+    printf "%-24s %12s %16s %14s %14.1f\n" "$(basename "$trace")" "$ops" "$ir" "$per_op" \
+        "$(echo "$(taken_jumps "$tmp/out") $ops" | awk '{print $1/$2}')"
+    if [ -n "$BUDGET" ]; then
+        allowed=$(awk -v t="$(basename "$trace")" '{sub(/#.*/, "")} $1 == t {print $2}' "$BUDGET")
+        case "$allowed" in
+            *[!0-9.]*) echo "callgrind_replay.sh: $BUDGET: the budget of $(basename "$trace") is not a number: $allowed" >&2
+                       exit 2 ;;
+        esac
+        if [ -z "$allowed" ]; then
+            echo "  $(basename "$trace") has no budget in $BUDGET: add a line \"$(basename "$trace") N\"" >&2
+            over=1
+        elif awk -v a="$per_op" -v b="$allowed" 'BEGIN {exit !(a > b)}'; then
+            echo "  $(basename "$trace"): $per_op instructions per operation, over its budget of $allowed ($BUDGET)" >&2
+            over=1
+        fi
+    fi
 done
+if [ "$over" = 1 ]; then
+    echo "over the instruction budget: find what the hot path gained (bench/taken_jumps.py, callgrind_annotate)," >&2
+    echo "or, if the cost is meant, raise the budget in the same commit and say why there" >&2
+    exit 1
+fi
+[ -z "$BUDGET" ] || echo "every trace within its budget ($BUDGET)"
