@@ -39,11 +39,15 @@ demo: build
 check: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-# The hot path's length, counted by callgrind on every shipped trace (does not move with machine noise):
-# fails if any trace takes more instructions per operation than bench/callgrind_budget.txt allows.
+# The hot path's length, counted by callgrind (does not move with machine noise) on every shipped trace
+# and on the one-thread micro patterns: fails if any takes more instructions than
+# bench/callgrind_budget.txt allows.
 check-speed: build
 	@command -v valgrind >/dev/null || scripts/install-deps.sh valgrind
-	bench/callgrind_replay.sh --budget bench/callgrind_budget.txt $(BUILD)
+	@status=0; \
+	bench/callgrind_replay.sh --budget bench/callgrind_budget.txt $(BUILD) || status=1; \
+	bench/callgrind_micro.sh --budget bench/callgrind_budget.txt $(BUILD) || status=1; \
+	exit $$status
 
 # tidepool.h, the libraries, the command, tidepool.pc and the CMake package, under PREFIX.
 install: build

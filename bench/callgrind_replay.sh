@@ -10,12 +10,11 @@
 # it, or has no line there. FILE holds one line per trace, "name instructions-per-operation"; '#' starts
 # a comment. `make check-speed` runs this with bench/callgrind_budget.txt, in CI.
 set -eu
-BUDGET=
+. "$(dirname "$0")/instruction_budget.sh"
 if [ "${1:-}" = --budget ]; then
     [ $# -ge 2 ] || { echo "callgrind_replay.sh: --budget needs a file" >&2; exit 2; }
-    BUDGET=$2
+    budget_open "$2"
     shift 2
-    [ -r "$BUDGET" ] || { echo "callgrind_replay.sh: cannot read the budget file $BUDGET" >&2; exit 2; }
 fi
 BUILD=${1:-build}
 [ $# -gt 0 ] && shift
@@ -38,7 +37,6 @@ taken_jumps() {
         END { print taken + 0 }' "$1"
 }
 printf "%-24s %12s %16s %14s %14s\n" trace operations instructions "per operation" "taken jumps/op"
-over=0
 for trace in "$@"; do
     if ! valgrind --tool=callgrind --collect-jumps=yes --dump-instr=yes --callgrind-out-file="$tmp/out" \
         --toggle-collect=replay_passes \
@@ -53,24 +51,6 @@ for trace in "$@"; do
     per_op=$(echo "$ir $ops" | awk '{printf "%.1f", $1/$2}')
     printf "%-24s %12s %16s %14s %14.1f\n" "$(basename "$trace")" "$ops" "$ir" "$per_op" \
         "$(echo "$(taken_jumps "$tmp/out") $ops" | awk '{print $1/$2}')"
-    if [ -n "$BUDGET" ]; then
-        allowed=$(awk -v t="$(basename "$trace")" '{sub(/#.*/, "")} $1 == t {print $2}' "$BUDGET")
-        case "$allowed" in
-            *[!0-9.]*) echo "callgrind_replay.sh: $BUDGET: the budget of $(basename "$trace") is not a number: $allowed" >&2
-                       exit 2 ;;
-        esac
-        if [ -z "$allowed" ]; then
-            echo "  $(basename "$trace") has no budget in $BUDGET: add a line \"$(basename "$trace") N\"" >&2
-            over=1
-        elif awk -v a="$per_op" -v b="$allowed" 'BEGIN {exit !(a > b)}'; then
-            echo "  $(basename "$trace"): $per_op instructions per operation, over its budget of $allowed ($BUDGET)" >&2
-            over=1
-        fi
-    fi
+    budget_check "$(basename "$trace")" "$per_op"
 done
-if [ "$over" = 1 ]; then
-    echo "over the instruction budget: find what the hot path gained (bench/taken_jumps.py, callgrind_annotate)," >&2
-    echo "or, if the cost is meant, raise the budget in the same commit and say why there" >&2
-    exit 1
-fi
-[ -z "$BUDGET" ] || echo "every trace within its budget ($BUDGET)"
+budget_finish

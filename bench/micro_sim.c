@@ -2,6 +2,11 @@
  * The micro-benchmark on the simulated device: tidepool's own cost per alloc+free pair, on any machine.
  *
  *   build/bench/micro_sim [reps]
+ *   build/bench/micro_sim --count same|small|large PAIRS
+ *
+ * --count runs one one-thread pattern once, PAIRS pairs, and prints how many alloc+free pairs it made in
+ * all (a random pattern's warm-up pass, and each pass's filling and emptying, count too):
+ * bench/callgrind_micro.sh counts that run's instructions per pair.
  *
  * (The GPU version, `gpu_bench micro` in bench/gpu_bench.cpp, runs the same patterns against
  * PyTorch's allocator and cudaMallocAsync in one process.)
@@ -59,6 +64,43 @@ static double arithmetic_scaling(int wide, int reps)
     return bench_median(one, reps) / bench_median(eight, reps);
 }
 
+/* --count: the pattern's number, or -1 for a name it does not know. */
+static int pattern_named(const char *name)
+{
+    static const char *const names[BENCH_ONE_THREAD_PATTERNS] = {"same", "small", "large"};
+    for (int i = 0; i < BENCH_ONE_THREAD_PATTERNS; i++)
+        if (strcmp(name, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* How many alloc+free pairs bench_one_thread makes for `pairs` (see bench/micro_patterns.h): the same
+ * size warms up with one; a random pattern runs two passes, each filling `live` blocks first and
+ * freeing them last. */
+static unsigned long long pairs_made(int pattern, unsigned long long pairs)
+{
+    switch (pattern) {
+    case BENCH_SAME_SIZE: return pairs + 1;
+    case BENCH_SMALL_RANDOM: return 2 * (pairs + 64);
+    default: return 2 * (pairs + 16);
+    }
+}
+
+static int count_one(tide_allocator *t, int argc, char **argv)
+{
+    char *end = NULL;
+    int pattern = argc == 4 ? pattern_named(argv[2]) : -1;
+    unsigned long long pairs = argc == 4 ? strtoull(argv[3], &end, 10) : 0;
+    if (pattern < 0 || !end || *end || pairs == 0 || pairs > 100000000) {
+        fprintf(stderr, "usage: micro_sim --count same|small|large PAIRS (1 to 100000000)\n");
+        return 2;
+    }
+    struct bench_allocator a = bench_tidepool("tidepool (sim)", t);
+    bench_one_thread(pattern, &a, (size_t)pairs, 0);
+    printf("pairs %llu\n", pairs_made(pattern, pairs));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 5;
@@ -72,6 +114,12 @@ int main(int argc, char **argv)
     tide_backend be = tide_sim_backend(sim);
     if (tide_create(&be, NULL, &t) != TIDE_OK)
         return 1;
+    if (argc > 1 && strcmp(argv[1], "--count") == 0) {
+        int status = count_one(t, argc, argv);
+        tide_destroy(t);
+        tide_sim_destroy(sim);
+        return status;
+    }
     struct bench_allocator a = bench_tidepool("tidepool (sim)", t);
     uintptr_t streams[8];
     for (int i = 0; i < 8; i++)

@@ -1,7 +1,8 @@
 #!/bin/sh
-# bench/callgrind_replay.sh --budget (make check-speed) on lstm_loop: within a generous budget it passes;
-# over a budget, with no line for the trace, with a budget that is not a number, or with no budget file
-# it fails and says why. Skipped (77) without valgrind.
+# The --budget of bench/callgrind_replay.sh and bench/callgrind_micro.sh (make check-speed): within a
+# generous budget it passes; over a budget, with no line for a figure, with a budget that is not a
+# number, or with no budget file it fails and says why. On lstm_loop, and on micro patterns of a few
+# pairs. Skipped (77) without valgrind.
 # Usage: callgrind_budget_enforced.sh SOURCE_DIR BUILD_DIR
 set -u
 src=$1
@@ -10,27 +11,38 @@ command -v valgrind >/dev/null || { echo "valgrind is not installed: skipped"; e
 cd "$src" || exit 1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-trace=traces/lstm_loop.csv.gz
 failed=0
-# expect STATUS PATTERN BUDGET_FILE: the script's exit status and a line of its output
+# expect STATUS PATTERN COMMAND...: the command's exit status, and a line of its output
 expect() {
-    bench/callgrind_replay.sh --budget "$3" "$build" "$trace" > "$tmp/out" 2>&1
+    want=$1
+    pattern=$2
+    shift 2
+    "$@" > "$tmp/out" 2>&1
     status=$?
-    if [ "$status" != "$1" ] || ! grep -q "$2" "$tmp/out"; then
-        echo "FAIL: budget file $3 ($(cat "$3" 2>/dev/null | tr '\n' ' ')): status $status, wanted $1 and a line matching '$2':"
+    if [ "$status" != "$want" ] || ! grep -q "$pattern" "$tmp/out"; then
+        echo "FAIL: $*: status $status, wanted $want and a line matching '$pattern':"
         cat "$tmp/out"
         failed=1
     else
-        echo "ok: status $status, '$2'"
+        echo "ok: status $status, '$pattern'"
     fi
 }
+replay() { bench/callgrind_replay.sh --budget "$1" "$build" traces/lstm_loop.csv.gz; }
+micro() { PAIRS=2000 bench/callgrind_micro.sh --budget "$1" "$build"; }
+
 printf '# generous\nlstm_loop.csv.gz 100000\n' > "$tmp/generous"
-expect 0 "every trace within its budget" "$tmp/generous"
+expect 0 "every figure within its budget" replay "$tmp/generous"
 printf 'lstm_loop.csv.gz 1 # far too tight\n' > "$tmp/tight"
-expect 1 "lstm_loop.csv.gz: [0-9.]* instructions per operation, over its budget of 1 " "$tmp/tight"
+expect 1 "lstm_loop.csv.gz: [0-9.]* instructions, over its budget of 1 " replay "$tmp/tight"
 printf 'gpt2_varlen.csv.gz 100000\n' > "$tmp/other"
-expect 1 "lstm_loop.csv.gz has no budget in" "$tmp/other"
+expect 1 "lstm_loop.csv.gz has no budget in" replay "$tmp/other"
 printf 'lstm_loop.csv.gz many\n' > "$tmp/words"
-expect 2 "the budget of lstm_loop.csv.gz is not a number: many" "$tmp/words"
-expect 2 "cannot read the budget file" "$tmp/missing"
+expect 2 "the budget of lstm_loop.csv.gz is not a number: many" replay "$tmp/words"
+expect 2 "cannot read the budget file" replay "$tmp/missing"
+
+printf 'micro_same 100000\nmicro_small 100000\nmicro_large 100000\n' > "$tmp/micro_generous"
+expect 0 "every figure within its budget" micro "$tmp/micro_generous"
+printf 'micro_same 100000\nmicro_small 100000\nmicro_large 1\n' > "$tmp/micro_tight"
+expect 1 "micro_large: [0-9.]* instructions, over its budget of 1 " micro "$tmp/micro_tight"
+expect 2 "usage: micro_sim --count" "$build/bench/micro_sim" --count huge 5
 exit $failed
