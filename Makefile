@@ -3,7 +3,7 @@
 #   make check   build, then run the whole test suite
 # Other targets: make build, make check-sanitize (ASan+UBSan), make check-tsan (ThreadSanitizer),
 # make check-valgrind (memcheck), make fuzz (libFuzzer, FUZZ_SECONDS), make coverage (lines the tests
-# run, per file), make check-speed (instructions per operation within bench/callgrind_budget.txt),
+# run, per file), make check-speed (the hot path's instructions within bench/callgrind_budget.txt),
 # make lint (cppcheck), make gpu-check, make install (PREFIX, default /usr/local), make clean.
 # docs/reliability.md has the longer runs.
 

@@ -200,13 +200,27 @@ enum { BENCH_SAME_SIZE, BENCH_SMALL_RANDOM, BENCH_LARGE_RANDOM, BENCH_ONE_THREAD
 static const char *const bench_one_thread_names[BENCH_ONE_THREAD_PATTERNS] = {
     "same 1 MiB", "random 256B-4MiB, 64 live", "random 1MiB-256MiB, 16 live"};
 
+enum { BENCH_SMALL_LIVE = 64, BENCH_LARGE_LIVE = 16 }; /* blocks the random patterns keep live */
+
 static inline double bench_one_thread(int pattern, const struct bench_allocator *a, size_t pairs,
                                       uintptr_t stream)
 {
     switch (pattern) {
     case BENCH_SAME_SIZE: return bench_same_size(a, 1u << 20, pairs, stream);
-    case BENCH_SMALL_RANDOM: return bench_random(a, 256, 4u << 20, 64, pairs, stream);
-    default: return bench_random(a, 1u << 20, 256u << 20, 16, pairs, stream);
+    case BENCH_SMALL_RANDOM: return bench_random(a, 256, 4u << 20, BENCH_SMALL_LIVE, pairs, stream);
+    default: return bench_random(a, 1u << 20, 256u << 20, BENCH_LARGE_LIVE, pairs, stream);
+    }
+}
+
+/* How many alloc+free pairs bench_one_thread makes in all for `pairs` timed ones: the same size warms
+ * up with one; a random pattern runs two passes (bench_random_run), each filling its live blocks first
+ * and freeing them last. */
+static inline unsigned long long bench_one_thread_pairs_made(int pattern, size_t pairs)
+{
+    switch (pattern) {
+    case BENCH_SAME_SIZE: return (unsigned long long)pairs + 1;
+    case BENCH_SMALL_RANDOM: return 2 * ((unsigned long long)pairs + BENCH_SMALL_LIVE);
+    default: return 2 * ((unsigned long long)pairs + BENCH_LARGE_LIVE);
     }
 }
 

@@ -74,18 +74,6 @@ static int pattern_named(const char *name)
     return -1;
 }
 
-/* How many alloc+free pairs bench_one_thread makes for `pairs` (see bench/micro_patterns.h): the same
- * size warms up with one; a random pattern runs two passes, each filling `live` blocks first and
- * freeing them last. */
-static unsigned long long pairs_made(int pattern, unsigned long long pairs)
-{
-    switch (pattern) {
-    case BENCH_SAME_SIZE: return pairs + 1;
-    case BENCH_SMALL_RANDOM: return 2 * (pairs + 64);
-    default: return 2 * (pairs + 16);
-    }
-}
-
 static int count_one(tide_allocator *t, int argc, char **argv)
 {
     char *end = NULL;
@@ -97,7 +85,7 @@ static int count_one(tide_allocator *t, int argc, char **argv)
     }
     struct bench_allocator a = bench_tidepool("tidepool (sim)", t);
     bench_one_thread(pattern, &a, (size_t)pairs, 0);
-    printf("pairs %llu\n", pairs_made(pattern, pairs));
+    printf("pairs %llu\n", bench_one_thread_pairs_made(pattern, (size_t)pairs));
     return 0;
 }
 
