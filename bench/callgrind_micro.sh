@@ -10,10 +10,9 @@
 # ("micro_same", "micro_small", "micro_large"), or has none. `make check-speed` runs this with
 # bench/callgrind_budget.txt, in CI.
 set -eu
-. "$(dirname "$0")/instruction_budget.sh"
+. "$(dirname "$0")/callgrind_common.sh"
 if [ "${1:-}" = --budget ]; then
-    [ $# -ge 2 ] || { echo "callgrind_micro.sh: --budget needs a file" >&2; exit 2; }
-    budget_open "$2"
+    budget_open "${2:-}"
     shift 2
 fi
 BUILD=${1:-build}
@@ -34,8 +33,7 @@ for pattern in same small large; do
         exit 1
     fi
     pairs=$(sed -n 's/^pairs \([0-9]*\)$/\1/p' "$tmp/stdout")
-    ir=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$tmp/out")
-    [ -n "$ir" ] || ir=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$tmp/out")
+    ir=$(callgrind_total "$tmp/out")
     per_pair=$(echo "$ir $pairs" | awk '{printf "%.1f", $1/$2}')
     printf "%-14s %12s %16s %14s\n" "micro_$pattern" "$pairs" "$ir" "$per_pair"
     budget_check "micro_$pattern" "$per_pair"

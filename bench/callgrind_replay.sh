@@ -10,10 +10,9 @@
 # it, or has no line there. FILE holds one line per trace, "name instructions-per-operation"; '#' starts
 # a comment. `make check-speed` runs this with bench/callgrind_budget.txt, in CI.
 set -eu
-. "$(dirname "$0")/instruction_budget.sh"
+. "$(dirname "$0")/callgrind_common.sh"
 if [ "${1:-}" = --budget ]; then
-    [ $# -ge 2 ] || { echo "callgrind_replay.sh: --budget needs a file" >&2; exit 2; }
-    budget_open "$2"
+    budget_open "${2:-}"
     shift 2
 fi
 BUILD=${1:-build}
@@ -46,8 +45,7 @@ for trace in "$@"; do
         exit 1
     fi
     ops=$(sed -n 's/.*"ops": \([0-9]*\).*/\1/p' "$tmp/json")
-    ir=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$tmp/out")
-    [ -n "$ir" ] || ir=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$tmp/out")
+    ir=$(callgrind_total "$tmp/out")
     per_op=$(echo "$ir $ops" | awk '{printf "%.1f", $1/$2}')
     printf "%-24s %12s %16s %14s %14.1f\n" "$(basename "$trace")" "$ops" "$ir" "$per_op" \
         "$(echo "$(taken_jumps "$tmp/out") $ops" | awk '{print $1/$2}')"

@@ -1,13 +1,21 @@
-# Sourced by bench/callgrind_replay.sh and bench/callgrind_micro.sh: their --budget option.
+# Sourced by bench/callgrind_replay.sh and bench/callgrind_micro.sh: what both do with callgrind's
+# output, and their --budget option.
 #
-# budget_open FILE: checks that FILE can be read, and keeps it for budget_check.
+# callgrind_total FILE: the instructions a callgrind output file counted in all.
+# budget_open FILE: checks that FILE is given and can be read, and keeps it for budget_check.
 # budget_check NAME COUNT: compares COUNT (instructions per operation or per pair) with NAME's line in
 #   the file ("NAME NUMBER"; '#' starts a comment). Over it, or with no line for NAME, says so on
 #   stderr and marks the run failed; a line whose budget is no number stops the script (status 2).
 # budget_finish: with a budget, exits 1 if any check failed, else says that all passed.
 BUDGET_FILE=
 BUDGET_OVER=0
+callgrind_total() {
+    total=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$1")
+    [ -n "$total" ] || total=$(sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$1")
+    echo "$total"
+}
 budget_open() {
+    [ -n "$1" ] || { echo "$(basename "$0"): --budget needs a file" >&2; exit 2; }
     [ -r "$1" ] || { echo "$(basename "$0"): cannot read the budget file $1" >&2; exit 2; }
     BUDGET_FILE=$1
 }
