@@ -52,8 +52,9 @@
  *   mark rises instead; so a training loop's steady state makes no driver calls at all.
  *   tide_empty_cache resets the mark to what stays reserved. With expandable segments it does not
  *   (coming back up to the mark then maps pages but unmaps none, and each unmap waits for the device);
- *   there tide_reset_peak_stats resets it, as a program starting a new phase would. Config key
- *   trim_on_growth turns all this off.
+ *   there tide_reset_peak_stats resets it, as a program starting a new phase would. What was given back
+ *   under the old mark is forgotten with it, so the new phase is placed as a new allocator would place
+ *   it. Config key trim_on_growth turns all this off.
  *
  * SEGMENTS THAT GROW (expandable_segments:True)
  *   Each stream reserves, per pool, an address range as large as the device (no memory behind it) and

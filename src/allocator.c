@@ -693,7 +693,7 @@ tide_status tide_reset_peak_stats(tide_allocator *t)
     /* With expandable segments the high-water mark outlives tide_empty_cache (see there); a program
      * starting a new phase resets it here with the other peaks. */
     if (t->conf.expandable_segments)
-        t->high_water = t->reserved;
+        high_water_restart(t);
     allocator_unlock_all(t);
     return TIDE_OK;
 }

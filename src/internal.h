@@ -665,6 +665,10 @@ void segment_reattach(tide_allocator *t, struct heap *h, struct segment *seg);
 /* Why memory is released: only releases made to stay under the high-water mark are remembered. */
 enum release_reason { RELEASE_ASKED, RELEASE_FOR_HIGH_WATER };
 bool recently_released(tide_allocator *t, size_t size);
+/* A new phase of the program (see HOLDING MEMORY in tidepool.h): the high-water mark starts again from
+ * what is reserved now, and the releases and unmaps made to stay under the old mark are forgotten with
+ * it. Under the pressure lock. */
+void high_water_restart(tide_allocator *t);
 void note_reserved(tide_allocator *t, size_t bytes);   /* reserved grew: peaks, marks, counters */
 void note_released(tide_allocator *t, size_t bytes, enum release_reason why, tide_release_report *r);
 

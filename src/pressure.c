@@ -111,6 +111,18 @@ static tide_status reserve_segment(tide_allocator *t, enum pool_kind pool, size_
     return TIDE_OK;
 }
 
+void high_water_restart(tide_allocator *t)
+{
+    t->high_water = t->reserved;
+    /* They record that the program needed memory above the old mark, and would raise the new one at
+     * once when it needs that size (those pages) again, where a new allocator gives idle memory back
+     * first. Kept past a restart, they let gpt2_varlen's trace, replayed again after
+     * tide_empty_cache, peak at 18404 MiB reserved instead of 13982: 32% above the most the first
+     * replay ever reserved (test_empty_cache; bench/results/2026-12-02-run30.md). */
+    memset(t->recent_releases, 0, sizeof t->recent_releases);
+    memset(t->recent_unmaps, 0, sizeof t->recent_unmaps);
+}
+
 void note_reserved(tide_allocator *t, size_t bytes)
 {
     t->reserved += bytes;
@@ -505,7 +517,7 @@ tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report)
      * waits for the device; a loop that empties its cache every few steps would pay that all the way
      * back up to where it was (measured: 2.7 times the unmaps on the seed trace, no lower peak). */
     if (!t->conf.expandable_segments)
-        t->high_water = t->reserved;
+        high_water_restart(t);
     fill_report(t, &r);
     HISTORY_EVENT(t, TIDE_EVENT_EMPTY_CACHE, 0, 0, r.released_bytes);
     settle_and_unlock(t);
