@@ -8,9 +8,11 @@
 //                                    quartiles (default 61 rounds); then tidepool's eight threads over
 //                                    one thread, likewise in turns
 //   gpu_bench replay TRACE...        each trace replayed through each allocator: ns per operation,
-//                                    peak reserved, peak reserved / peak live, driver calls in the warm
-//                                    passes (there should be none). The cold pass carries
-//                                    out the trace's empty_cache lines; the warm passes skip them
+//                                    peak reserved, peak reserved / peak live, driver calls in all the
+//                                    warm passes and in those after the first (the steady state: there
+//                                    should be none). The cold pass carries out the trace's empty_cache
+//                                    lines; the warm passes skip them, so the first warm pass starts
+//                                    from a cache those lines shaped
 //   gpu_bench replay --only NAME TRACE...    only one allocator: tidepool, pytorch or cudaMallocAsync
 //                                    (run it with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or
 //                                    TIDEPOOL_CONF=expandable_segments:True, for those variants)
@@ -314,6 +316,9 @@ struct ReplayResult {
     double warm_best_ns_per_op; // the fastest warm run: the cost with the least interference
     uint64_t peak_reserved; // in the cold run
     int64_t warm_driver_calls; // device allocations and frees (maps and unmaps) in all warm runs; -1: not known
+    int64_t steady_driver_calls; // the same in the warm runs after the first: the steady state. The first
+                                 // starts from the cache the cold run left, shaped by the trace's
+                                 // empty_cache lines, which the warm runs skip
 };
 
 uint64_t peak_live_of(const trace &t)
@@ -418,18 +423,23 @@ void replay_all(Allocators &a, const std::vector<const bench_allocator *> &which
     for (const bench_allocator *al : which)
         out.push_back(replay_cold(a, al, t));
     std::vector<std::vector<double>> times(which.size());
-    std::vector<int64_t> calls_before;
+    std::vector<int64_t> calls_before, calls_after_first;
     for (const bench_allocator *al : which)
         calls_before.push_back(driver_calls(a, al));
-    for (int r = 0; r < rounds; r++)
+    for (int r = 0; r < rounds; r++) {
         for (size_t k = 0; k < which.size(); k++)
             times[k].push_back(replay_once(a, which[k], t, 0, false));
+        if (r == 0)
+            for (const bench_allocator *al : which)
+                calls_after_first.push_back(driver_calls(a, al));
+    }
     CUDA_OK(cudaDeviceSynchronize());
     for (size_t k = 0; k < which.size(); k++) {
         out[k].warm_best_ns_per_op = *std::min_element(times[k].begin(), times[k].end());
         out[k].warm_ns_per_op = bench_median(times[k].data(), rounds);
         int64_t after = driver_calls(a, which[k]);
         out[k].warm_driver_calls = after < 0 ? -1 : after - calls_before[k];
+        out[k].steady_driver_calls = after < 0 ? -1 : after - calls_after_first[k];
     }
 }
 
@@ -528,8 +538,9 @@ int main(int argc, char **argv)
     const char *conf = getenv("PYTORCH_CUDA_ALLOC_CONF"), *tide_conf = getenv("TIDEPOOL_CONF");
     const int rounds = 15;
     printf("| trace | allocator | ns per op, warm (median of %d) | warm, best | ns per op, cold | "
-           "peak reserved MiB | peak reserved / peak live | driver calls, all warm passes |\n"
-           "|---|---|---|---|---|---|---|---|\n", rounds);
+           "peak reserved MiB | peak reserved / peak live | driver calls, all warm passes | "
+           "driver calls, warm passes 2-%d |\n"
+           "|---|---|---|---|---|---|---|---|---|\n", rounds, rounds);
     for (int i = only ? 4 : 2; i < argc; i++) {
         trace t;
         char err[512];
@@ -557,12 +568,14 @@ int main(int argc, char **argv)
                 label += std::string(" (") + conf + ")";
             if (al == &a.tidepool && tide_conf && *tide_conf)
                 label += std::string(" (") + tide_conf + ")";
-            char calls[32] = "-";
-            if (r.warm_driver_calls >= 0)
+            char calls[32] = "-", steady[32] = "-";
+            if (r.warm_driver_calls >= 0) {
                 snprintf(calls, sizeof calls, "%lld", (long long)r.warm_driver_calls);
-            printf("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.3f | %s |\n", name, label.c_str(), r.warm_ns_per_op,
-                   r.warm_best_ns_per_op, r.cold_ns_per_op, r.peak_reserved / 1048576.0,
-                   (double)r.peak_reserved / (double)live, calls);
+                snprintf(steady, sizeof steady, "%lld", (long long)r.steady_driver_calls);
+            }
+            printf("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.3f | %s | %s |\n", name, label.c_str(),
+                   r.warm_ns_per_op, r.warm_best_ns_per_op, r.cold_ns_per_op, r.peak_reserved / 1048576.0,
+                   (double)r.peak_reserved / (double)live, calls, steady);
         }
         fflush(stdout);
         trace_free(&t);
