@@ -47,7 +47,8 @@
  * HOLDING MEMORY
  *   Freed memory stays cached for reuse, with one exception that keeps the footprint low: before
  *   reserving a segment that would take reserved memory past the most it has ever been, tidepool gives
- *   back wholly free segments (oldest first), since none of them could serve the request. If a segment
+ *   back wholly free segments, since none of them could serve the request: the smallest one that
+ *   covers the overshoot, or if none does, the oldest ones until it is covered. If a segment
  *   of the same size was given back that way shortly before, the program evidently needs it, and the
  *   mark rises instead; so a training loop's steady state makes no driver calls at all.
  *   tide_empty_cache resets the mark to what stays reserved. With expandable segments it does not

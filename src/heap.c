@@ -408,22 +408,25 @@ struct block *heap_reuse_parked(struct heap *h, enum pool_kind pool, size_t roun
 
 /* ---- releasing and re-adopting whole segments -------------------------------------------------------- */
 
+size_t heap_detach_idle_segment(struct heap *h, struct segment *seg, struct segment **out)
+{
+    idle_unlink(h, seg);
+    free_index_remove(heap_free_index(h, seg->pool), seg->first); /* it keeps seg->first */
+    segment_unlink(h, seg);
+    atomic_store_explicit(&seg->heap, NULL, memory_order_release);
+
+    stats_segment_removed(&h->stats, seg->pool, (int64_t)seg->size);
+
+    seg->next = *out;
+    *out = seg;
+    return seg->size;
+}
+
 size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct segment **out)
 {
     size_t detached = 0;
-    while (detached < want && h->idle_head && h->idle_head->idle_since <= before) {
-        struct segment *seg = h->idle_head;
-        idle_unlink(h, seg);
-        free_index_remove(heap_free_index(h, seg->pool), seg->first); /* it keeps seg->first */
-        segment_unlink(h, seg);
-        atomic_store_explicit(&seg->heap, NULL, memory_order_release);
-
-        stats_segment_removed(&h->stats, seg->pool, (int64_t)seg->size);
-
-        seg->next = *out;
-        *out = seg;
-        detached += seg->size;
-    }
+    while (detached < want && h->idle_head && h->idle_head->idle_since <= before)
+        detached += heap_detach_idle_segment(h, h->idle_head, out);
     return detached;
 }
 

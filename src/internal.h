@@ -576,6 +576,8 @@ struct block *heap_reuse_parked(struct heap *h, enum pool_kind pool, size_t roun
  * to the heap when the device refuses it (heap_reattach_idle) needs no host memory; once the device
  * has it, heap_released gives the struct back. */
 size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct segment **out);
+/* The same for one idle segment of h, whatever its age. */
+size_t heap_detach_idle_segment(struct heap *h, struct segment *seg, struct segment **out);
 /* Under h->lock: merges the parked block into the cache, as tide_free would have at once. */
 void heap_settle(struct heap *h);
 /* Every path but tide_malloc's takes a heap's lock with heap_lock, which settles the parked block

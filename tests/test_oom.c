@@ -313,6 +313,37 @@ static void test_growth_past_high_water_gives_idle_segments_back(void)
     fixture_close(&f);
 }
 
+/* Past the mark by less than an idle segment holds, the smallest idle segment that covers the overshoot
+ * goes, not the one idle longest: giving back more than needed loses memory the program was using. */
+static void test_high_water_gives_back_the_smallest_segment_that_covers(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *live, *a, *x, *w, *z, *again;
+    CHECK_OK(tide_malloc(f.t, 40 * MIB, 0, &live));
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &a));
+    CHECK_OK(tide_malloc(f.t, 12 * MIB, 0, &x));
+    CHECK_OK(tide_malloc(f.t, 22 * MIB, 0, &w));   /* each its own segment; the mark is 104 MiB */
+    CHECK_OK(tide_free(f.t, a));
+    CHECK_OK(tide_trim(f.t, 74 * MIB, NULL));      /* a's segment goes; the mark stays at 104 */
+    CHECK_OK(tide_free(f.t, w));                   /* idle first: the oldest, 22 MiB */
+    CHECK_OK(tide_free(f.t, x));                   /* then 12 MiB */
+    tide_stats s = stats_of(f.t);
+    CHECK(s.reserved_bytes[ALL].current == (int64_t)(74 * MIB));
+    uint64_t frees = s.num_device_free, allocs = s.num_device_alloc;
+    CHECK_OK(tide_malloc(f.t, 40 * MIB, 0, &z));   /* fits neither; 74 + 40 passes 104 by 10 MiB */
+    s = stats_of(f.t);
+    CHECK(s.num_device_free == frees + 1);          /* one segment went: x's 12 MiB covers the 10 */
+    CHECK(s.reserved_bytes[ALL].current == (int64_t)(102 * MIB));
+    CHECK_OK(tide_malloc(f.t, 20 * MIB, 0, &again)); /* w's 22 MiB segment is still there to serve it */
+    CHECK(stats_of(f.t).num_device_alloc == allocs + 1);
+    CHECK_OK(tide_free(f.t, again));
+    CHECK_OK(tide_free(f.t, z));
+    CHECK_OK(tide_free(f.t, live));
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
 /* A loop that needs a segment back right after giving it up must not reserve and release it in every
  * step: once a size comes back, the mark rises and the memory stays. The LSTM trace does exactly that
  * (a 29.7 MiB buffer every step, beside 1.6 MiB ones); without the rise it makes ~600 device
@@ -394,6 +425,7 @@ int main(void)
     RUN(test_gc_threshold_releases_oldest_first);
     RUN(test_gc_releases_oldest_first_across_streams);
     RUN(test_growth_past_high_water_gives_idle_segments_back);
+    RUN(test_high_water_gives_back_the_smallest_segment_that_covers);
     RUN(test_high_water_does_not_churn);
     RUN(test_trim_to_a_target);
     RUN(test_lowering_the_limit_releases_cache);
