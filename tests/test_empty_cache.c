@@ -1,8 +1,9 @@
 /*
  * tide_empty_cache gives everything back: after it, with nothing allocated and nothing referenced,
  * reserved memory is 0 and the device holds nothing. A block still referenced stays PENDING, is
- * reported, and goes back at a later tide_empty_cache once released. After tide_empty_cache and
- * tide_reset_peak_stats, a new phase of the program is placed as a new allocator would place it.
+ * reported, and goes back at a later tide_empty_cache once released. A new phase of the program
+ * (tide_empty_cache, and with expandable segments tide_reset_peak_stats too) is placed as a new
+ * allocator would place it.
  */
 #include "harness.h"
 #include "trace.h"
