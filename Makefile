@@ -82,8 +82,7 @@ check-valgrind: deps
 	ctest --test-dir $(VALGRIND_BUILD) --output-on-failure -j $(JOBS) -LE gpu
 
 # cppcheck's warnings (bugs it can prove, not style) over the library, the tools, the tests, the fuzzing
-# harness and the benchmarks; any finding fails. bench/results/ holds experiments kept as they ran, and
-# is left out. A false positive is silenced where it stands, with a comment saying why
+# harness and the benchmarks; any finding fails. A false positive is silenced where it stands, with a comment saying why
 # (// cppcheck-suppress ID).
 lint:
 	@command -v cppcheck >/dev/null || scripts/install-deps.sh lint

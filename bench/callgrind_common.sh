@@ -37,7 +37,7 @@ budget_check() {
 budget_finish() {
     [ -n "$BUDGET_FILE" ] || return 0
     if [ "$BUDGET_OVER" = 1 ]; then
-        echo "over the instruction budget: find what the hot path gained (bench/taken_jumps.py, callgrind_annotate)," >&2
+        echo "over the instruction budget: find what the hot path gained (callgrind_annotate)," >&2
         echo "or, if the cost is meant, raise the budget in the same commit and say why there" >&2
         exit 1
     fi

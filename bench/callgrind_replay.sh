@@ -25,8 +25,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Taken jumps: those of the tidepool binary itself (the library and the replay loop; the C library's
 # memset and memcpy left out), summed from callgrind's jump lines. A jump taken on the hot path costs
-# time beyond its instruction on the H200 machine's host (bench/results/2026-12-01-run19.md);
-# bench/taken_jumps.py lists them by place. --dump-instr=yes: without it, callgrind records a jump only
+# time beyond its instruction on the H200 machine's host; callgrind_annotate
+# --inclusive=yes on a profile made with --collect-jumps=yes shows where. --dump-instr=yes: without it, callgrind records a jump only
 # between two source lines, and a build without debug information (make's) has none, so it counted 0.
 taken_jumps() {
     awk -v tool="$(basename "$TOOL")" '

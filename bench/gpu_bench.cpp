@@ -235,7 +235,7 @@ void micro(Allocators &a, int reps, const char *only)
 
 // ---- turns -------------------------------------------------------------------------------------------
 
-// The element at quantile q of v (sorted here), as bench/ab_micro.c reads its quartiles.
+// The element at quantile q of v (sorted here).
 double quantile(std::vector<double> v, double q)
 {
     std::sort(v.begin(), v.end());
@@ -243,7 +243,7 @@ double quantile(std::vector<double> v, double q)
 }
 
 // The one-thread micro patterns, timed in short turns. This host switches between a fast and a slow
-// phase within a second or two (bench/results/2026-12-02-run26.md), and one of micro's repetitions
+// phase within a second or two (docs/performance.md, How we measure), and one of micro's repetitions
 // lasts long enough for a switch to fall between tidepool's turn and PyTorch's. Here each turn is a
 // few thousand pairs (about a millisecond of tidepool's time, ten of PyTorch's), so that the three
 // turns of a round mostly share a phase, and the median of many rounds' ratios measures the
@@ -447,8 +447,8 @@ void replay_all(Allocators &a, const std::vector<const bench_allocator *> &which
 // so that drift falls on both alike. Each turn first sets its state (tide_history_start makes and
 // touches the ring; tide_history_stop frees it) and replays once untimed, then times a replay: what is
 // compared is the steady cost of recording, not the one-time making of a ring (a ring of 65,536 events
-// is 1 MiB, and writing it out evicts much of the caches right before the replay), which the first
-// method here (bench/results before run 19) charged to every "on" replay. The order alternates (off
+// is 1 MiB, and writing it out evicts much of the caches right before the replay), which timing
+// the first replay after a start would charge to every "on" replay. The order alternates (off
 // first in even rounds, on first in odd ones), so neither setting always follows the other.
 void history_cost(Allocators &a, size_t events, const trace &t, const char *name, int rounds)
 {

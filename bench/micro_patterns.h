@@ -289,7 +289,7 @@ static inline double bench_threads(const struct bench_allocator *a, int threads,
 /* ---- controls for the threaded pattern ----------------------------------------------------------------
  * Eight threads' throughput over one thread's mixes the allocator's scaling with the machine's: a
  * virtual machine's CPUs may share physical cores with other work, which slows memory-touching code
- * in phases of about a second (bench/results/2026-11-30-run12.md). Three controls separate the two:
+ * in phases of about a second (docs/performance.md, How we measure). Three controls separate the two:
  *   - bench_arithmetic: arithmetic alone (no memory, nothing shared), as one dependent chain a thread
  *     (most of a core stays idle) or as eight chains (the core's units kept busy);
  *   - bench_threads_busy: the one-thread pattern while other cores run arithmetic;

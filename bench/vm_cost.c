@@ -10,7 +10,7 @@
  * physical page through both (bytes written through each are read back through the other, and the
  * device's free memory falls by one page, not two), and times mapping an existing handle at a second
  * page (cuMemMap + cuMemSetAccess) and unmapping it (cuMemUnmap), the calls that packing physical pages
- * by in-page offset would make (bench/results/2026-12-01-run15.md).
+ * by in-page offset would make.
  *
  *   cc -O2 -I/usr/local/cuda/include bench/vm_cost.c -o vm_cost -lcuda && ./vm_cost [REPS]
  */

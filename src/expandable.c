@@ -15,7 +15,7 @@
  *
  * Units: the pages of one map call are one unit, which the backend may back with one piece of device
  * memory (CUDA: one handle), and are unmapped together. A map costs the driver about the same for one
- * page as for ten (57 us on the H200: bench/results/2026-11-30-run13.md), and a program that calls
+ * page as for ten (57 us on the H200: bench/vm_cost.c), and a program that calls
  * tide_empty_cache maps all its memory again afterwards. So a growth that stays at or below the most
  * ever reserved (memory the program has needed before) maps its pages in units of TIDE_MAP_UNIT_PAGES:
  * half the calls. Larger units would save more calls, but a unit goes back only when all its pages are

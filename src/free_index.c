@@ -97,7 +97,7 @@ static inline bool next_class_branching(const struct free_index *fi, unsigned fl
 /* The same, without a branch on whether that class lies in the same first level, for the search of
  * every allocation: in a random workload it does about half the time, and that branch was the free
  * index's most mispredicted. Both answers are computed and one kept (on the H200, 3-5% faster alloc+free
- * pairs of the random patterns: bench/results/2026-12-01-run17.md). The sentinel bits keep each bit
+ * pairs of the random patterns). The sentinel bits keep each bit
  * scan's input nonzero, and are only ever the answer when the return value says there is none. Where
  * the answer repeats call after call (free_index_would_find, on the parked block's size), the branch
  * is predicted and next_class_branching costs less. */

@@ -21,7 +21,7 @@
  * Readers copy a heap's ring under its lock, and the shared ring without a lock: its slot's number is
  * written last, so a reader skips a slot being filled.
  *
- * What an event costs (bench/results/2026-11-30-history.md): the ring's footprint in the caches, as
+ * What an event costs (docs/performance.md): the ring's footprint in the caches, as
  * every line of it is written once per lap (a ring larger than the core's L2 pushes the allocator's
  * own blocks and maps out of it), and about ten instructions.
  */

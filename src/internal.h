@@ -34,7 +34,7 @@
 /* Which side of a branch on the hot path is common. Unhinted, GCC laid out the common side of many out
  * of line, behind a jump taken at nearly every call: 41.6 taken jumps per alloc+free pair of random
  * sizes, and the H200 machine's host pays for each (16.8 with the hints, and pairs faster by the
- * medians in 11 of 12 comparisons, by about 1-3%: bench/results/2026-12-01-run19.md). A hint marks a
+ * medians in 11 of 12 comparisons, by about 1-3%). A hint marks a
  * side that is rare by design (a debug level, a guard, a new peak, a table's growth) or that
  * callgrind's jump counts showed to be the common one on the micro patterns and the replays alike; a
  * test that goes either way gets none. */
@@ -45,7 +45,7 @@
  * -fstack-protector-strong by default, which puts a canary (a load and a store at entry, a load, a
  * compare and a branch at exit) in every function with an array or a local whose address is taken, and
  * in everything inlined into it. On the H200 machine's Ubuntu that cost the hot path 1-5% of an
- * alloc+free pair (bench/results/2026-12-02-run24.md). The hot path's functions take no local's
+ * alloc+free pair. The hot path's functions take no local's
  * address, with one exception marked with this, and the test hot_path_has_no_canary keeps it so. */
 #if defined(__has_attribute)
 #if __has_attribute(no_stack_protector)
@@ -347,7 +347,7 @@ static inline int public_pool(enum pool_kind pool) { return pool == POOL_SMALL ?
 
 /* A new peak is rare: hinted so, GCC moves its store out of line, where without the hint it laid it out
  * as a jump over the store taken at nearly every event (twelve a pair on the random patterns). Taken
- * jumps on the hot path cost time on the H200 machine's host (bench/results/2026-12-01-run19.md); a
+ * jumps on the hot path cost time on the H200 machine's host; a
  * conditional move instead stored every peak every time, and was slower. */
 static inline void rise(struct counter *c, int64_t d)
 {
@@ -367,7 +367,7 @@ static inline void peak_at_least(int64_t *peak, int64_t value)
 /* body for the event's pool, then for all pools. The empty asm makes the event's pool_stats pointer
  * opaque to the compiler, so that it is computed once and kept: GCC otherwise recomputes it from the
  * pool index before every counter (three instructions each, about 26 per alloc+free pair under
- * callgrind; bench/results/2026-12-01-run16.md). A branch on the pool instead of the index saves as
+ * callgrind). A branch on the pool instead of the index saves as
  * much but mispredicts where pools alternate at random. */
 #define BOTH(s, pool, p, body)                                                                     \
     do {                                                                                           \
@@ -538,8 +538,8 @@ tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, s
 void heap_destroy(struct heap *h);
 /* Size class rules. With expandable segments every request shares one pool (counted as the large
  * pool): a small block pins only the page it lies in, and pages one pool leaves free can serve the
- * other without being unmapped and mapped again (measured in bench/results: less memory and far
- * fewer driver calls than two pools). */
+ * other without being unmapped and mapped again (measured on the shipped traces: less memory
+ * and far fewer driver calls than two pools). */
 static inline enum pool_kind pool_for_size(const tide_allocator *t, size_t rounded);
 size_t segment_size_for(enum pool_kind pool, size_t rounded);
 /* Under h->lock: find a FREE block for rounded bytes and make it ACTIVE. NULL if none fits. */
@@ -790,7 +790,7 @@ void history_record(tide_allocator *t, uint32_t kind, tide_stream stream, uint64
  * two taken jumps away (there and back) at every event; without, it is straight-line code that the
  * path with no history jumps over. On the H200 machine the history's cost on the replays fell from
  * 3.4-5.6% to 3.1-4.4% (medians over the rounds, by trace and ring size), and the path with no
- * history did not slow down (bench/results/2026-12-01-run19.md). */
+ * history did not slow down. */
 void history_heap_slow(struct heap *h, uint32_t kind, uint64_t addr, uint64_t size, const char *tag,
                        const void *site);
 /* The event into the heap's ring at e, its next entry (not NULL: a history is on). */
@@ -800,7 +800,7 @@ static inline void history_heap_put(struct heap *h, struct history_entry *e, uin
     if (TIDE_LIKELY(e < h->history_limit)) {
         /* The ring's line four lines ahead, fetched now: in a ring larger than the first-level cache
          * every fourth event would otherwise wait for its line (65,536 events: the history's cost fell
-         * by 0.7-2.0 points on the four traces; bench/results/2026-12-01-run16.md). A prefetch past
+         * by 0.7-2.0 points on the four traces). A prefetch past
          * the ring's end is harmless. */
         __builtin_prefetch(e + 16, 1);
         e->addr_kind = addr | kind;

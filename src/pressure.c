@@ -118,7 +118,7 @@ void high_water_restart(tide_allocator *t)
      * once when it needs that size (those pages) again, where a new allocator gives idle memory back
      * first. Kept past a restart, they let gpt2_varlen's trace, replayed again after
      * tide_empty_cache, peak at 18404 MiB reserved instead of 13982: 32% above the most the first
-     * replay ever reserved (test_empty_cache; bench/results/2026-12-02-run30.md). */
+     * replay ever reserved (test_empty_cache). */
     memset(t->recent_releases, 0, sizeof t->recent_releases);
     memset(t->recent_unmaps, 0, sizeof t->recent_unmaps);
 }
@@ -235,8 +235,8 @@ static tide_status release_oldest(tide_allocator *t, size_t want, enum release_r
  * until one does. Oldest first alone gave back whatever segment had idled longest: a 64 MiB one to make
  * room for a 2 MiB small-pool segment in seed_transformer's first step, which the step then needed
  * again. Smallest-that-covers takes its peak from 1.032 of peak live to 1.012, seed_loop_250's from
- * 1.043 to 1.038, and leaves gpt2_varlen's and lstm_loop's as they were (default config,
- * bench/results/2026-12-02-run30.md). */
+ * 1.043 to 1.038, and leaves gpt2_varlen's and lstm_loop's as they were (default config;
+ * docs/design.md, Holding memory). */
 static void release_for_high_water(tide_allocator *t, size_t want)
 {
     size_t done = 0;

@@ -7,7 +7,7 @@
  * insert and a removal run on every allocation and free. So the map is kept at most a sixteenth full (at
  * half, those exits were a tenth of all mispredicted branches of a replay; at a quarter, a sixth of
  * those of the random micro-benchmark; a sixteenth instead of an eighth made the small random pattern's
- * alloc+free pairs 3-5% faster on the H200: bench/results/2026-12-01-run17.md), 128 bytes of slots
+ * alloc+free pairs 3-5% faster on the H200), 128 bytes of slots
  * per live block. Past SPARSE_SLOTS slots (4096 live blocks) an eighth full: there the slots no longer
  * fit a core's caches, and a sparser table would add cache misses and host memory (64 bytes per live
  * block instead of 128) rather than save mispredictions. Each mapped block remembers its slot

@@ -3,7 +3,7 @@
 # -fstack-protector-strong, as Ubuntu's GCC builds by default. A canary is a load and a store at entry
 # and a load, a compare and a branch at exit, in every function with an array or a local whose address
 # is taken, and in everything inlined into it. On the H200 machine's Ubuntu it cost an alloc+free pair
-# 1-5% (bench/results/2026-12-02-run24.md).
+# 1-5%.
 #
 # Builds the library (Release, as users do) with -fstack-protector-strong into WORK, then looks for the
 # canary's code (%fs:0x28 on x86-64, __stack_chk_guard elsewhere; __stack_chk_fail on both) in each hot

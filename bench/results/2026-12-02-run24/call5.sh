@@ -1,3 +1,0 @@
-# Run 24, call 5, as given to the device tool (ce6b378, the code of 047c0f0; a fresh machine, about 400 s
-# of device time left, so 3 repetitions instead of 7):
-set -u; OUT=${OUT:-/tmp/out}; echo "== $(date -u +%FT%TZ) (ce6b378)"; cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build-gpu -j16 --target tidepool_static tidepool_shared 2>&1 | grep -E " error |Error"; bench/build_gpu_bench.sh build-gpu 2>&1 | tail -1; echo "== $(date -u +%FT%TZ) micro 3"; timeout 200 build-gpu/gpu_bench micro 3 > $OUT/micro3_call5.md; cat $OUT/micro3_call5.md; echo "== done $(date -u +%FT%TZ)"
