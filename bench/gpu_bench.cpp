@@ -40,6 +40,7 @@ extern "C" {
 #include "micro_patterns.h"
 #include "replay_pass.h"
 #include "tidepool.h"
+#include "tidepool_cuda.h"
 #include "tidepool_bench.h"
 #include "trace.h"
 }

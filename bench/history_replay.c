@@ -13,6 +13,7 @@
 #include "micro_patterns.h"
 #include "replay_pass.h"
 #include "tidepool.h"
+#include "tidepool_sim.h"
 #include "tidepool_bench.h"
 #include "trace.h"
 

@@ -14,6 +14,7 @@
 #define _GNU_SOURCE /* sched_setaffinity, for BENCH_PIN=1 */
 #include "micro_patterns.h"
 #include "tidepool.h"
+#include "tidepool_sim.h"
 #include "tidepool_bench.h"
 
 #include <string.h>

@@ -20,6 +20,7 @@
  * Build and run: make fuzz (FUZZ_SECONDS=N), see docs/reliability.md.
  */
 #include "tidepool.h"
+#include "tidepool_sim.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,7 +1,8 @@
 /*
  * tidepool: a caching allocator for GPU device memory.
  *
- * This header is the manual. Read it top to bottom.
+ * This header is the manual of the allocator. Read it top to bottom. The simulated device is in
+ * tidepool_sim.h, the CUDA backend and one allocator per device in tidepool_cuda.h.
  *
  * WHAT IT DOES
  *   tidepool sits between a program (or a framework such as PyTorch or CuPy) and the device driver. It
@@ -133,11 +134,12 @@
  *   a double free, a size of 0, a malformed config string) is an error that changes nothing.
  *
  * BACKENDS
- *   An allocator works over one device through a backend: a table of function pointers. tidepool ships a
- *   simulated device (tide_sim_*, below) that runs anywhere, and a CUDA backend (tide_backend_cuda) that
- *   loads the driver at run time. You may supply your own table.
+ *   An allocator works over one device through a backend: a table of function pointers (tide_backend,
+ *   below). tidepool ships two: a simulated device that runs anywhere (tidepool_sim.h), and a CUDA
+ *   backend that loads the driver at run time (tidepool_cuda.h, which also keeps one allocator per
+ *   device for frameworks). You may supply your own table.
  *
- * A MINIMAL PROGRAM
+ * A MINIMAL PROGRAM (with #include <tidepool_sim.h>)
  *     tide_sim *sim;  tide_allocator *t;  void *p;
  *     tide_sim_create(NULL, &sim);
  *     tide_backend backend = tide_sim_backend(sim);
@@ -520,136 +522,6 @@ TIDE_API tide_status tide_snapshot_json(tide_allocator *t, char **out);
  * With the config key leak_report:True, tide_destroy prints this report to stderr when anything is
  * live. */
 TIDE_API tide_status tide_leak_report(tide_allocator *t, char **out, uint64_t *live);
-
-/* ------------------------------------------------------------------------------------------------ */
-/* The simulated device                                                                              */
-/* ------------------------------------------------------------------------------------------------ */
-/*
- * A device that runs anywhere. Its memory is real host memory, reserved sparsely (a simulated 80 GiB
- * device costs nothing until touched), so tests can write and check data in blocks. Its streams are
- * worker threads that run queued work in order, each item no sooner than its delay after it was queued;
- * fences signal when their stream reaches them. Work may retain blocks and release them when done, as
- * Metal's command buffers do. Faults can be injected into any backend call.
- */
-
-typedef struct tide_sim tide_sim;
-
-typedef struct tide_sim_options {
-    uint32_t struct_size;      /* sizeof(tide_sim_options) */
-    uint64_t total_bytes;      /* device memory; default 80 GiB */
-    uint32_t queue_depth;      /* queued items per stream before tide_sim_enqueue waits; default 1024 */
-    uint32_t same_addresses;   /* 1: memory is mapped at the same addresses in every run (the lowest
-                                  free ones from 32 TiB up), so that two runs, or two builds, can
-                                  compare pointers; 0 (default): wherever the kernel puts it (valgrind
-                                  is much slower with the former) */
-} tide_sim_options;
-
-/* opts may be NULL for the defaults. */
-TIDE_API tide_status tide_sim_create(const tide_sim_options *opts, tide_sim **out);
-
-/* Waits for all queued work, then frees the device. Memory still reserved is unmapped. */
-TIDE_API void tide_sim_destroy(tide_sim *sim);
-
-/* The backend table of this device, for tide_create. */
-TIDE_API tide_backend tide_sim_backend(tide_sim *sim);
-
-/* A new stream (a worker thread). Stream 0 always exists. */
-TIDE_API tide_status tide_sim_stream_create(tide_sim *sim, tide_stream *out);
-
-/* Queues work on a stream: run(arg) is called on the stream's thread, in order, no sooner than
- * delay_us microseconds after this call. run may call tidepool (tide_release, for example). */
-typedef void (*tide_sim_work_fn)(void *arg);
-TIDE_API tide_status tide_sim_enqueue(tide_sim *sim, tide_stream stream, uint32_t delay_us,
-                                      tide_sim_work_fn run, void *arg);
-
-/* Waits until all work queued so far on one stream, or on all streams, is done. */
-TIDE_API tide_status tide_sim_stream_synchronize(tide_sim *sim, tide_stream stream);
-TIDE_API tide_status tide_sim_synchronize(tide_sim *sim);
-
-/* Fault injection: of the next calls of one backend function, let `skip` succeed and make the `count`
- * after them fail (UINT32_MAX: every one after them). A new call replaces the last plan for that op. */
-typedef enum tide_sim_op {
-    TIDE_SIM_RESERVE = 0,
-    TIDE_SIM_RELEASE,
-    TIDE_SIM_FENCE_CREATE,
-    TIDE_SIM_FENCE_RECORD,
-    TIDE_SIM_FENCE_QUERY,
-    TIDE_SIM_SYNCHRONIZE,
-    TIDE_SIM_MEM_INFO,
-    TIDE_SIM_FILL,
-    TIDE_SIM_VERIFY,
-    TIDE_SIM_VA_RESERVE,
-    TIDE_SIM_VA_RELEASE,
-    TIDE_SIM_MAP,
-    TIDE_SIM_UNMAP,
-    TIDE_SIM_OP_COUNT
-} tide_sim_op;
-TIDE_API void tide_sim_inject_fault(tide_sim *sim, tide_sim_op op, uint32_t skip, uint32_t count);
-
-/* What the device saw: calls of each backend function (failed ones included) and what it holds. */
-typedef struct tide_sim_counters {
-    uint64_t calls[TIDE_SIM_OP_COUNT];
-    uint64_t failures[TIDE_SIM_OP_COUNT];
-    uint64_t held_bytes;       /* reserved or mapped, and not yet released or unmapped */
-    uint64_t held_segments;    /* reserved segments (reserve) */
-    uint64_t mapped_pages;     /* pages mapped (map), each page_size bytes; counted in held_bytes */
-    uint64_t va_ranges;        /* address ranges reserved (va_reserve) and not yet released */
-    uint64_t live_fences;      /* created and not yet destroyed */
-} tide_sim_counters;
-TIDE_API void tide_sim_get_counters(tide_sim *sim, tide_sim_counters *out);
-
-/* The name of a tide_sim_op ("reserve", "fence_create", ...). */
-TIDE_API const char *tide_sim_op_name(tide_sim_op op);
-
-/* ------------------------------------------------------------------------------------------------ */
-/* CUDA                                                                                              */
-/* ------------------------------------------------------------------------------------------------ */
-/*
- * The CUDA backend uses the driver API, loaded at run time: libtidepool needs no CUDA to build or
- * link, and these calls return TIDE_EUNSUPPORTED (with the reason) where there is no driver. Memory
- * comes from cuMemAlloc in the device's primary context, the one the CUDA runtime uses, so tidepool
- * works beside PyTorch, CuPy and any runtime-API code on the same device. Fences are CUDA events
- * (timing disabled), created once and reused. Driver errors come back as status codes with the
- * driver's own error name in the message.
- */
-
-/* The number of CUDA devices. */
-TIDE_API tide_status tide_cuda_device_count(int *out);
-
-/* A backend for CUDA device `device`. Pass it to tide_create, which takes it over; or give it back
- * with tide_backend_close. */
-TIDE_API tide_status tide_backend_cuda(int device, tide_backend *out);
-
-/* The same, with peer access: memory mapped for expandable segments (expandable_segments:True) is
- * readable and writable by each of the npeers devices in peers too (at most TIDE_CUDA_MAX_PEERS, each
- * able to access this device's memory: cuDeviceCanAccessPeer). Without expandable segments, peer
- * access is the CUDA runtime's business (cudaDeviceEnablePeerAccess), as for any cuMemAlloc memory. */
-#define TIDE_CUDA_MAX_PEERS 16
-TIDE_API tide_status tide_backend_cuda_peers(int device, const int *peers, int npeers, tide_backend *out);
-
-/* One allocator per CUDA device, each created on first use with the same config: what a framework
- * that allocates on several devices needs. Any thread may call these. */
-typedef struct tide_devices tide_devices;
-
-TIDE_API tide_status tide_devices_create(const char *config, tide_devices **out);
-/* Destroys every allocator (see tide_destroy), then the set. */
-TIDE_API tide_status tide_devices_destroy(tide_devices *set);
-/* The allocator of device (created now if needed). */
-TIDE_API tide_status tide_devices_get(tide_devices *set, int device, tide_allocator **out);
-TIDE_API tide_status tide_devices_malloc(tide_devices *set, int device, size_t size, tide_stream stream,
-                                         void **out);
-/* Frees ptr, allocated on device. If device is -1, or ptr is not device's, the owner is looked up. */
-TIDE_API tide_status tide_devices_free(tide_devices *set, int device, void *ptr);
-/* tide_record_stream on whichever device's allocator owns ptr. */
-TIDE_API tide_status tide_devices_record_stream(tide_devices *set, void *ptr, tide_stream stream);
-/* tide_empty_cache on every device's allocator; the first failure is returned. */
-TIDE_API tide_status tide_devices_empty_cache(tide_devices *set);
-
-/* CuPy's CFunctionAllocator calls these (param is a tide_devices *). CuPy passes no stream: every
- * block counts as allocated on the legacy default stream. malloc returns NULL on failure, with the
- * message in tide_last_error(). */
-TIDE_API void *tide_cupy_malloc(void *param, size_t size, int device);
-TIDE_API void tide_cupy_free(void *param, void *ptr, int device);
 
 #ifdef __cplusplus
 }

@@ -23,7 +23,7 @@ def header_version():
 
 
 class BuildWithLibrary(build_py):
-    """Builds libtidepool with CMake and puts it, and tidepool.h for the PyTorch hooks, in the package."""
+    """Builds libtidepool with CMake and puts it, and the headers for the PyTorch hooks, in the package."""
 
     def run(self):
         super().run()
@@ -34,8 +34,8 @@ class BuildWithLibrary(build_py):
         shutil.copyfile(os.path.realpath(os.path.join(build, "libtidepool.so")),
                         os.path.join(package, "libtidepool.so"))
         os.makedirs(os.path.join(package, "include"), exist_ok=True)
-        shutil.copyfile(os.path.join(ROOT, "include", "tidepool.h"),
-                        os.path.join(package, "include", "tidepool.h"))
+        for header in ("tidepool.h", "tidepool_cuda.h", "tidepool_sim.h"):
+            shutil.copyfile(os.path.join(ROOT, "include", header), os.path.join(package, "include", header))
 
 
 setup(

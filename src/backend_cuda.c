@@ -16,6 +16,7 @@
  * events created without timing; tidepool pools and reuses them.
  */
 #include "internal.h"
+#include "tidepool_cuda.h"
 
 #include "cuda/guard_verify_ptx.h"
 

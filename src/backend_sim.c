@@ -24,6 +24,7 @@
  * (tests/test_parking.c).
  */
 #include "internal.h"
+#include "tidepool_sim.h"
 
 #include <errno.h>
 #include <stdlib.h>

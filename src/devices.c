@@ -3,6 +3,7 @@
  * since they pass a device index with every call.
  */
 #include "internal.h"
+#include "tidepool_cuda.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,6 +6,7 @@
 #define TIDE_TEST_HARNESS_H
 
 #include "tidepool.h"
+#include "tidepool_sim.h"
 
 #include <pthread.h>
 #include <stdint.h>

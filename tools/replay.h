@@ -7,6 +7,7 @@
 #include "trace.h"
 
 #include "tidepool.h"
+#include "tidepool_sim.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "tidepool.h"
+#include "tidepool_cuda.h"
 
 namespace {
 

@@ -18,6 +18,7 @@
 
 #include "cuda_check.h"
 #include "tidepool.h"
+#include "tidepool_cuda.h"
 
 
 #define TIDE_OK_OR_DIE(call)                                                                       \

@@ -23,6 +23,7 @@
 #include "cuda_check.h"
 #include "gpu_expect.h"
 #include "tidepool.h"
+#include "tidepool_cuda.h"
 
 // Counts bytes that differ from v into *bad.
 __global__ void count_other(const unsigned char *p, size_t n, unsigned char v, unsigned long long *bad)

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "tidepool.h"
+#include "tidepool_cuda.h"
 
 static int failures;
 

@@ -18,6 +18,7 @@
 #include "cuda_check.h"
 #include "gpu_expect.h"
 #include "tidepool.h"
+#include "tidepool_cuda.h"
 
 __global__ void poke(unsigned char *p) { *p = 0; }
 

@@ -5,6 +5,7 @@
  * there is no GPU.
  */
 #include "harness.h"
+#include "tidepool_cuda.h"
 
 static size_t device_free(tide_backend *be)
 {

@@ -7,6 +7,7 @@
  * Exits 77 (skipped) with fewer than two GPUs.
  */
 #include "harness.h"
+#include "tidepool_cuda.h"
 
 #define THREADS 8
 #define ROUNDS 4000

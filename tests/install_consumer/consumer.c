@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <tidepool.h>
+#include <tidepool_cuda.h>
+#include <tidepool_sim.h>
 
 #define EXPECT(cond)                                                                               \
     do {                                                                                           \
