@@ -288,7 +288,7 @@ tide_status config_parse(struct tide_config *c, const char *text, const char *or
 /* Parses "8GiB", "512MB", "4096"; false if malformed. */
 bool parse_size(const char *text, size_t len, uint64_t *out);
 
-/* ---- backend_cuda.c ---------------------------------------------------------------------------- */
+/* ---- backend/cuda.c ---------------------------------------------------------------------------- */
 /* The other CUDA devices that can access device's memory (at most cap), or -1 without a driver. */
 int cuda_peers_of(int device, int *peers, int cap);
 

@@ -18,7 +18,7 @@
 #include "internal.h"
 #include "tidepool_cuda.h"
 
-#include "cuda/guard_verify_ptx.h"
+#include "guard_verify_ptx.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
