@@ -139,19 +139,3 @@ tide_status tide__fail_with_context(tide_status status, const char *fmt, ...)
     return status;
 }
 
-const char *format_bytes(uint64_t bytes, char buf[32])
-{
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    if (bytes < 1024) {
-        snprintf(buf, 32, "%llu B", (unsigned long long)bytes);
-        return buf;
-    }
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024.0 && u < 5) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, 32, "%.1f %s", v, units[u]);
-    return buf;
-}

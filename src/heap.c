@@ -5,10 +5,8 @@
  */
 #include "internal.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define BLOCKS_PER_CHUNK 128
 
@@ -16,44 +14,6 @@ struct block_chunk {
     struct block_chunk *next;
     struct block blocks[BLOCKS_PER_CHUNK];
 };
-
-/* Out of line: the struct it hands clock_gettime, inlined, would give every function on the path of a
- * free a stack canary (see TIDE_NO_CANARY in internal.h). */
-__attribute__((noinline)) uint64_t idle_clock(void)
-{
-    /* Orders idle segments by age across heaps. A coarse clock is cheap and shares nothing between
-     * threads (a counter would bounce one cache line among them); ties only blur "oldest first". */
-#ifdef CLOCK_MONOTONIC_COARSE
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-#else
-    return now_ns();
-#endif
-}
-
-uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-void spin_lock_wait(spin_lock *l)
-{
-    for (unsigned spins = 0;; spins++) {
-        if (!atomic_load_explicit(&l->held, memory_order_relaxed) &&
-            !atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
-            return;
-        if (spins < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
-        } else {
-            sched_yield();
-        }
-    }
-}
 
 size_t segment_size_for(enum pool_kind pool, size_t rounded)
 {

@@ -29,10 +29,8 @@
 #include "internal.h"
 
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #if defined(__GLIBC__)
 #include <execinfo.h>
 #endif
@@ -95,13 +93,6 @@ _Atomic(bool) history_tags_in_use;
 
 /* A heap points here when a history starts: its first event finds no room, and makes its ring. */
 static struct history_entry no_ring_yet;
-
-static uint64_t monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 const char *tide_event_kind_name(uint32_t kind)
 {
@@ -203,7 +194,7 @@ static void record_shared(struct history *hist, uint32_t kind, tide_stream strea
     size_t index = (size_t)hist->shared_next++ & hist->shared_mask;
     struct slot *slot = &hist->slots[index];
     slot->seq = atomic_fetch_add_explicit(&hist->next_seq, 1, memory_order_relaxed);
-    slot->time_ns = monotonic_ns();
+    slot->time_ns = now_ns();
     slot->addr = addr;
     slot->size = size;
     slot->stream = stream;
@@ -324,7 +315,7 @@ __attribute__((noinline)) void history_heap_slow(struct heap *h, uint32_t kind, 
         e = &r->entries[(size_t)slot * r->chunk];
         r->chunk_end = e + r->chunk;
         r->chunk_seq[slot] = atomic_fetch_add_explicit(&r->hist->next_seq, r->chunk, memory_order_relaxed);
-        r->chunk_first_ns[slot] = monotonic_ns();
+        r->chunk_first_ns[slot] = now_ns();
         r->chunk_last_ns[slot] = 0;
         r->chunks_begun++;
     }
@@ -344,7 +335,7 @@ __attribute__((noinline)) void history_heap_slow(struct heap *h, uint32_t kind, 
     e->size = size;
     if (e + 1 == r->chunk_end) { /* the chunk's last event: its time */
         uint32_t slot = (uint32_t)(index / r->chunk);
-        r->chunk_last_ns[slot] = r->chunk == 1 ? r->chunk_first_ns[slot] : monotonic_ns();
+        r->chunk_last_ns[slot] = r->chunk == 1 ? r->chunk_first_ns[slot] : now_ns();
     }
     h->history_next = e + 1;
     /* the fast path up to the chunk's last event, or never when stacks are recorded */
@@ -745,69 +736,6 @@ void history_destroy_all(tide_allocator *t)
         t->tags = next;
     }
 }
-
-/* ---- text --------------------------------------------------------------------------------------------- */
-
-void text_printf(struct text *x, const char *fmt, ...)
-{
-    if (x->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(x->p ? x->p + x->len : NULL, x->p ? x->cap - x->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            x->failed = true;
-            return;
-        }
-        if (x->p && x->len + (size_t)n < x->cap) {
-            x->len += (size_t)n;
-            return;
-        }
-        size_t cap = x->cap ? x->cap : 4096;
-        while (cap <= x->len + (size_t)n)
-            cap *= 2;
-        char *p = realloc(x->p, cap);
-        if (!p) {
-            x->failed = true;
-            return;
-        }
-        x->p = p;
-        x->cap = cap;
-    }
-}
-
-void text_json_string(struct text *x, const char *s)
-{
-    if (!s) {
-        text_printf(x, "null");
-        return;
-    }
-    text_printf(x, "\"");
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            text_printf(x, "\\%c", c);
-        else if (c < 0x20)
-            text_printf(x, "\\u%04x", c);
-        else
-            text_printf(x, "%c", c);
-    }
-    text_printf(x, "\"");
-}
-
-tide_status text_finish(struct text *x, char **out, const char *what)
-{
-    if (x->failed || !x->p) {
-        free(x->p);
-        return tide__fail(TIDE_EHOSTMEM, "%s: out of host memory", what);
-    }
-    *out = x->p;
-    return TIDE_OK;
-}
-
-void tide_string_free(char *text) { free(text); }
 
 void describe_code_address(void *addr, char *buf, size_t cap)
 {

@@ -1,0 +1,135 @@
+/*
+ * Small utilities every layer uses: the clocks, the heaps' spin lock, byte sizes in words, and the
+ * growable text that JSON and reports are written into.
+ */
+#include "internal.h"
+
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* ---- clocks ----------------------------------------------------------------------------------------- */
+
+/* Out of line: the struct it hands clock_gettime, inlined, would give every function on the path of a
+ * free a stack canary (see TIDE_NO_CANARY in internal.h). */
+__attribute__((noinline)) uint64_t idle_clock(void)
+{
+    /* Orders idle segments by age across heaps. A coarse clock is cheap and shares nothing between
+     * threads (a counter would bounce one cache line among them); ties only blur "oldest first". */
+#ifdef CLOCK_MONOTONIC_COARSE
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+#else
+    return now_ns();
+#endif
+}
+
+uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the spin lock --------------------------------------------------------------------------------- */
+
+void spin_lock_wait(spin_lock *l)
+{
+    for (unsigned spins = 0;; spins++) {
+        if (!atomic_load_explicit(&l->held, memory_order_relaxed) &&
+            !atomic_exchange_explicit(&l->held, 1, memory_order_acquire))
+            return;
+        if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+/* ---- byte sizes -------------------------------------------------------------------------------------- */
+
+const char *format_bytes(uint64_t bytes, char buf[32])
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    if (bytes < 1024) {
+        snprintf(buf, 32, "%llu B", (unsigned long long)bytes);
+        return buf;
+    }
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, 32, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+/* ---- text --------------------------------------------------------------------------------------------- */
+
+void text_printf(struct text *x, const char *fmt, ...)
+{
+    if (x->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(x->p ? x->p + x->len : NULL, x->p ? x->cap - x->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            x->failed = true;
+            return;
+        }
+        if (x->p && x->len + (size_t)n < x->cap) {
+            x->len += (size_t)n;
+            return;
+        }
+        size_t cap = x->cap ? x->cap : 4096;
+        while (cap <= x->len + (size_t)n)
+            cap *= 2;
+        char *p = realloc(x->p, cap);
+        if (!p) {
+            x->failed = true;
+            return;
+        }
+        x->p = p;
+        x->cap = cap;
+    }
+}
+
+void text_json_string(struct text *x, const char *s)
+{
+    if (!s) {
+        text_printf(x, "null");
+        return;
+    }
+    text_printf(x, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            text_printf(x, "\\%c", c);
+        else if (c < 0x20)
+            text_printf(x, "\\u%04x", c);
+        else
+            text_printf(x, "%c", c);
+    }
+    text_printf(x, "\"");
+}
+
+tide_status text_finish(struct text *x, char **out, const char *what)
+{
+    if (x->failed || !x->p) {
+        free(x->p);
+        return tide__fail(TIDE_EHOSTMEM, "%s: out of host memory", what);
+    }
+    *out = x->p;
+    return TIDE_OK;
+}
+
+void tide_string_free(char *text) { free(text); }
