@@ -1,0 +1,53 @@
+/*
+ * tidepool's sizes. The first group may be tuned (each can be set with -D at build time); the second
+ * may not: the segment map and the free index depend on it.
+ */
+#ifndef TIDE_TUNE_H
+#define TIDE_TUNE_H
+
+#include "tidepool.h"
+
+#include <stddef.h>
+
+#define KiB ((size_t)1024)
+#define MiB (1024 * KiB)
+#define GiB (1024 * MiB)
+
+/* ---- Sizes: may be tuned ------------------------------------------------------------------------ */
+#ifndef TIDE_UNIT
+#define TIDE_UNIT 512                         /* every block size is a multiple of this */
+#endif
+#define TIDE_GUARD_BYTES TIDE_UNIT            /* guard: canary before a block, and at least this after */
+#define TIDE_GUARD_BYTE 0xCB                  /* guard: the canary's value */
+#ifndef TIDE_SMALL_MAX
+#define TIDE_SMALL_MAX (1 * MiB)              /* requests up to this come from the small pool */
+#endif
+#ifndef TIDE_SMALL_SEGMENT
+#define TIDE_SMALL_SEGMENT (2 * MiB)          /* segment size of the small pool */
+#endif
+#ifndef TIDE_LARGE_SEGMENT
+#define TIDE_LARGE_SEGMENT (20 * MiB)         /* at most this for large requests below ... (heap.c) */
+#endif
+#ifndef TIDE_LARGE_DIRECT_MIN
+#define TIDE_LARGE_DIRECT_MIN (10 * MiB)      /* ... this; larger ones get a segment of their own size */
+#endif
+#ifndef TIDE_LARGE_SPLIT_MIN_REST
+#define TIDE_LARGE_SPLIT_MIN_REST (1 * MiB)   /* a large block is split only if more than this is left */
+#endif
+#ifndef TIDE_OVERSIZE_SLACK
+#define TIDE_OVERSIZE_SLACK (20 * MiB)        /* an oversize block may be this much larger than asked */
+#endif
+#ifndef TIDE_FIT_SCAN
+#define TIDE_FIT_SCAN 16                      /* blocks compared in the request's own size class */
+#endif
+#ifndef TIDE_MAP_UNIT_PAGES
+#define TIDE_MAP_UNIT_PAGES 2                 /* expandable: pages mapped in one call when growing back
+                                                 to the mark (expandable.c) */
+#endif
+
+/* ---- Sizes: do not modify (the segment map and the free index depend on them) ------------------ */
+#define TIDE_SEGMENT_GRANULE_SHIFT 21         /* segments are multiples of 2 MiB */
+#define TIDE_SEGMENT_GRANULE ((size_t)1 << TIDE_SEGMENT_GRANULE_SHIFT)
+#define TIDE_MAX_HEAPS TIDE_MAX_STREAMS       /* a heap per stream */
+
+#endif /* TIDE_TUNE_H */
