@@ -108,6 +108,7 @@ __attribute__((noinline)) static tide_status heap_for_stream_slow(tide_allocator
                 pthread_mutex_unlock(&t->heaps_lock);
                 return s;
             }
+            history_heap_created(t, h);
             t->heaps[n] = h;
             size_t i = table_slot(stream);
             while (atomic_load_explicit(&t->heap_table[i], memory_order_relaxed))
@@ -713,6 +714,32 @@ tide_status tide_stats_json(tide_allocator *t, char *buf, size_t cap, size_t *le
         return tide__fail(TIDE_EINVAL, "tide_stats_json: the text needs %zu bytes and a NUL; the "
                           "buffer holds %zu", need, cap);
     return TIDE_OK;
+}
+
+tide_status tide_snapshot_json(tide_allocator *t, char **out)
+{
+    if (!t || !out)
+        return tide__fail(TIDE_EINVAL, "tide_snapshot_json: %s is NULL", t ? "out" : "the allocator");
+    *out = NULL;
+    struct text x = {0};
+    allocator_lock_all(t);
+    report_snapshot_locked(t, &x);
+    allocator_unlock_all(t);
+    return text_finish(&x, out, "tide_snapshot_json");
+}
+
+tide_status tide_leak_report(tide_allocator *t, char **out, uint64_t *live)
+{
+    if (!t || !out)
+        return tide__fail(TIDE_EINVAL, "tide_leak_report: %s is NULL", t ? "out" : "the allocator");
+    *out = NULL;
+    struct leak_groups leaks = {0};
+    allocator_lock_all(t);
+    tide_status s = report_leaks_locked(t, &leaks);
+    allocator_unlock_all(t);
+    if (s != TIDE_OK)
+        return s;
+    return report_leak_text(&leaks, out, live);
 }
 
 tide_status tide_check(tide_allocator *t)

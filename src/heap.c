@@ -52,6 +52,16 @@ struct block *block_new(struct heap *h)
 }
 
 /* b is FREE, so holds no uses, refs or fences, and no request. */
+/* Forgets the streams other than its own that used b (tide_record_stream). */
+void block_uses_clear(struct block *b)
+{
+    if (b->uses_cap) {
+        free(b->uses.more);
+        b->uses_cap = 0;
+    }
+    b->nuses = 0;
+}
+
 void block_recycle(struct heap *h, struct block *b)
 {
     b->state = BLOCK_FREE;
@@ -73,7 +83,6 @@ tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, s
     h->stream = stream;
     h->index = index;
     h->pending_end = &h->pending_head;
-    history_heap_created(t, h);
     for (int pool = 0; pool < POOL_KINDS; pool++) {
         struct block *end = block_new(h);
         if (!end) {

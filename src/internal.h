@@ -352,6 +352,7 @@ void heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uintptr_t h
                       bool *used_upper);
 struct block *block_new(struct heap *h);
 void block_recycle(struct heap *h, struct block *b);
+void block_uses_clear(struct block *b);
 /* The block of h's segment seg that contains addr, by walking (slow; for messages). */
 struct block *segment_block_at(struct segment *seg, uintptr_t addr);
 
@@ -365,24 +366,16 @@ size_t lifecycle_poll(struct heap *h);
 /* Under h->lock, after a device synchronize that began when the pending sequence was sync_seq: every
  * fence recorded and every synchronize owed before it is done. Returns blocks that became FREE. */
 size_t lifecycle_after_sync(struct heap *h, uint64_t sync_seq);
-void block_uses_clear(struct block *b);
 /* Destroys every fence the heap holds (idle pool and queues). Under h->lock, device synchronized. */
 void lifecycle_destroy_fences(struct heap *h);
 
-/* ---- pressure.c: segments from the backend, limits, GC, the out-of-memory ladder, emptying -------- */
-/* Allocates from a new segment or after freeing memory; called when the fast path found no fit.
- * No lock held. */
-tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
-                            size_t requested, struct block **out);
-tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report);
-tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report *report);
-tide_status pressure_set_limit(tide_allocator *t, size_t bytes);
-/* Releases every segment regardless (tide_destroy). Under the pressure lock. */
-/* Returns the bytes the backend refused to take back. */
-uint64_t pressure_release_everything(tide_allocator *t);
-/* Shared with expandable.c, under the pressure lock. */
+/* ---- segment.c: segment structs, reserving, and the bookkeeping of reserved memory ------------------ */
+/* All under the pressure lock. */
 struct segment *segment_struct(tide_allocator *t);
 void segment_struct_recycle(tide_allocator *t, struct segment *seg);
+/* Reserves a segment of size bytes for pool, within the limit, and enters it in the segment map.
+ * TIDE_ENOMEM without a message when the limit or the device says no; other errors with a message. */
+tide_status segment_reserve(tide_allocator *t, enum pool_kind pool, size_t size, struct segment **out);
 /* After the backend took a detached wholly free segment (or run) back: its block struct goes to heap h,
  * the segment struct to the spares. Takes h's lock. */
 void segment_released(tide_allocator *t, struct heap *h, struct segment *seg);
@@ -415,9 +408,34 @@ void expandable_reattach_run(tide_allocator *t, struct heap *h, struct segment *
 /* tide_destroy: gives back the address ranges of heap h (its runs are unmapped already). */
 void expandable_release_arenas(tide_allocator *t, struct heap *h);
 
+/* ---- pressure.c: segments from the backend, limits, GC, the out-of-memory ladder, emptying -------- */
+/* Allocates from a new segment or after freeing memory; called when the fast path found no fit.
+ * No lock held. */
+tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
+                            size_t requested, struct block **out);
+tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report);
+tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report *report);
+tide_status pressure_set_limit(tide_allocator *t, size_t bytes);
+/* Releases every segment regardless (tide_destroy), under the pressure lock. Returns the bytes the
+ * backend refused to take back. */
+uint64_t pressure_release_everything(tide_allocator *t);
+
 /* ---- check.c ------------------------------------------------------------------------------------- */
 /* Under the pressure lock and every heap lock. */
 tide_status check_locked(tide_allocator *t);
+
+/* ---- report.c: the snapshot and the leak report, under allocator_lock_all --------------------------- */
+/* The snapshot's JSON (tide_snapshot_json) into x. */
+void report_snapshot_locked(tide_allocator *t, struct text *x);
+/* What is still live, grouped by tag and call site, largest first; report_leak_text writes it in words
+ * (tide_leak_report) and frees it. Neither needs the locks for the second step. */
+struct leak_group;
+struct leak_groups {
+    struct leak_group *group;
+    size_t n;
+};
+tide_status report_leaks_locked(tide_allocator *t, struct leak_groups *out);
+tide_status report_leak_text(struct leak_groups *leaks, char **out, uint64_t *live);
 
 /* ---- allocator.c --------------------------------------------------------------------------------- */
 /* tide_malloc, naming the call site the history records (the caller outside tidepool). */
@@ -441,7 +459,7 @@ static inline enum pool_kind pool_for_size(const tide_allocator *t, size_t round
         return POOL_LARGE;
     return rounded <= TIDE_SMALL_MAX ? POOL_SMALL : POOL_LARGE;
 }
-/* ---- history.c: the event rings, tags, call sites; report.c: snapshot and leak report -------------- */
+/* ---- history.c: the event rings, tags, call sites ---------------------------------------------------- */
 struct history;
 /* One event of a heap's stream in its ring: the block's address (a multiple of TIDE_UNIT) with the kind
  * and flags in its low bits, and the size. */

@@ -22,15 +22,6 @@
 
 static tide_stream *uses_of(struct block *b) { return b->uses_cap ? b->uses.more : b->uses.inline_; }
 
-void block_uses_clear(struct block *b)
-{
-    if (b->uses_cap) {
-        free(b->uses.more);
-        b->uses_cap = 0;
-    }
-    b->nuses = 0;
-}
-
 static tide_status uses_add(struct block *b, tide_stream stream)
 {
     tide_stream *uses = uses_of(b);

@@ -16,135 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- segments in and out --------------------------------------------------------------------------- */
-
-struct segment *segment_struct(tide_allocator *t)
-{
-    struct segment *seg = t->spare_segments;
-    if (seg)
-        t->spare_segments = seg->next;
-    else if (!(seg = calloc(1, sizeof *seg)))
-        return NULL;
-    /* A lock-free reader of the segment map may still hold a recycled struct and read its atomics
-     * (it will find they no longer hold its address, or hold it for the same heap): write them as
-     * atomics, and the rest field by field. */
-    atomic_store_explicit(&seg->heap, NULL, memory_order_relaxed);
-    atomic_store_explicit(&seg->map_base, 0, memory_order_relaxed);
-    atomic_store_explicit(&seg->map_end, 0, memory_order_relaxed);
-    seg->base = 0;
-    seg->size = 0;
-    seg->pool = 0;
-    seg->first = NULL;
-    seg->prev = seg->next = NULL;
-    seg->idle_prev = seg->idle_next = NULL;
-    seg->idle = false;
-    seg->idle_since = 0;
-    seg->arena = NULL;
-    seg->run_prev = seg->run_next = NULL;
-    return seg;
-}
-
-void segment_struct_recycle(tide_allocator *t, struct segment *seg)
-{
-    seg->next = t->spare_segments;
-    t->spare_segments = seg;
-}
-
-void segment_released(tide_allocator *t, struct heap *h, struct segment *seg)
-{
-    heap_lock(h);
-    heap_released(h, seg);
-    heap_unlock(h);
-    segment_struct_recycle(t, seg);
-}
-
-void segment_reattach(tide_allocator *t, struct heap *h, struct segment *seg)
-{
-    /* Its heap first, so that a reader of the segment map never finds it without one. */
-    atomic_store_explicit(&seg->heap, h, memory_order_release);
-    segment_map_enter(&t->segmap, seg, seg->base + seg->size); /* its tables are there still */
-    heap_lock(h);
-    heap_reattach_idle(h, seg);
-    heap_unlock(h);
-}
-
-/* Reserves a segment of size bytes, within the limit. TIDE_ENOMEM without a message when the limit or
- * the device says no; other errors with a message. */
-static tide_status reserve_segment(tide_allocator *t, enum pool_kind pool, size_t size,
-                                   struct segment **out)
-{
-    if (size > t->limit || t->reserved > t->limit - size)
-        return TIDE_ENOMEM;
-    struct segment *seg = segment_struct(t);
-    if (!seg)
-        return tide__fail(TIDE_EHOSTMEM, "out of host memory for a segment");
-    const tide_backend *be = &t->backend;
-    uintptr_t addr = 0;
-    tide__clear_backend_message();
-    tide_status s = be->reserve(be->ctx, size, &addr);
-    if (s != TIDE_OK) {
-        segment_struct_recycle(t, seg);
-        if (s == TIDE_ENOMEM)
-            return TIDE_ENOMEM;
-        char sz[32];
-        return tide__fail_with_context(s, "reserving a segment of %s from the %s backend",
-                                       format_bytes(size, sz), be->name);
-    }
-    if (addr == 0 || addr % TIDE_UNIT) {
-        be->release(be->ctx, addr, size);
-        segment_struct_recycle(t, seg);
-        return tide__fail(TIDE_EDEVICE, "the %s backend returned address 0x%llx for a segment: not "
-                          "aligned to %d bytes", be->name, (unsigned long long)addr, TIDE_UNIT);
-    }
-    seg->base = addr;
-    seg->size = size;
-    seg->pool = (uint8_t)pool;
-    s = segment_map_add(&t->segmap, seg);
-    if (s != TIDE_OK) {
-        be->release(be->ctx, addr, size);
-        segment_struct_recycle(t, seg);
-        return s;
-    }
-    note_reserved(t, size);
-    HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, 0, addr, size);
-    *out = seg;
-    return TIDE_OK;
-}
-
-void high_water_restart(tide_allocator *t)
-{
-    t->high_water = t->reserved;
-    /* They record that the program needed memory above the old mark, and would raise the new one at
-     * once when it needs that size (those pages) again, where a new allocator gives idle memory back
-     * first. Kept past a restart, they let gpt2_varlen's trace, replayed again after
-     * tide_empty_cache, peak at 18404 MiB reserved instead of 13982: 32% above the most the first
-     * replay ever reserved (test_empty_cache). */
-    memset(t->recent_releases, 0, sizeof t->recent_releases);
-    memset(t->recent_unmaps, 0, sizeof t->recent_unmaps);
-}
-
-void note_reserved(tide_allocator *t, size_t bytes)
-{
-    t->reserved += bytes;
-    if (t->reserved > t->reserved_peak)
-        t->reserved_peak = t->reserved;
-    if (t->reserved > t->high_water)
-        t->high_water = t->reserved;
-    t->num_device_alloc++;
-}
-
-void note_released(tide_allocator *t, size_t bytes, enum release_reason why, tide_release_report *r)
-{
-    t->reserved -= bytes;
-    t->num_device_free++;
-    if (why == RELEASE_FOR_HIGH_WATER)
-        t->recent_releases[t->recent_next++ % TIDE_RECENT_RELEASES] = bytes;
-    if (r) {
-        r->released_bytes += bytes;
-        r->released_segments++;
-    }
-}
-
 /* Gives segments detached from heap h back to the backend. A segment the backend refuses to take goes
  * back to h as idle, so nothing is lost; the first such error is returned. (Detaching cleared each
  * segment's heap pointer, so h must come from the caller.) */
@@ -383,14 +254,6 @@ static struct block *retry_fit(struct heap *h, enum pool_kind pool, size_t round
     return b;
 }
 
-bool recently_released(tide_allocator *t, size_t size)
-{
-    for (unsigned i = 0; i < TIDE_RECENT_RELEASES; i++)
-        if (t->recent_releases[i] == size)
-            return true;
-    return false;
-}
-
 /* Reserves a segment for the request and takes the block from it. */
 static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
                         size_t requested, struct block **out)
@@ -426,7 +289,7 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
             t->num_gc_released += gc.released_segments;
         }
         struct segment *seg = NULL;
-        s = reserve_segment(t, pool, size, &seg);
+        s = segment_reserve(t, pool, size, &seg);
         if (s == TIDE_ENOMEM)
             continue;
         if (s != TIDE_OK)

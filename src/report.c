@@ -1,6 +1,7 @@
 /*
  * What memory looks like now: the snapshot (every segment and block, as JSON) and the leak report
- * (what is still live, grouped by tag and call site, in words).
+ * (what is still live, grouped by tag and call site, in words). An observer: allocator.c takes every
+ * lock and hands the allocator over.
  */
 #include "internal.h"
 
@@ -13,53 +14,49 @@ static const char *state_name(uint8_t state)
     return state == BLOCK_ACTIVE ? "active" : state == BLOCK_PENDING ? "pending_free" : "cached";
 }
 
-tide_status tide_snapshot_json(tide_allocator *t, char **out)
+void report_snapshot_locked(tide_allocator *t, struct text *x)
 {
-    if (!t || !out)
-        return tide__fail(TIDE_EINVAL, "tide_snapshot_json: %s is NULL", t ? "out" : "the allocator");
-    *out = NULL;
-    size_t need = 0;
-    tide_stats_json(t, NULL, 0, &need);
+    tide_stats s;
+    s.struct_size = sizeof s;
+    stats_collect_locked(t, &s);
+    size_t need = stats_to_json(&s, NULL, 0);
     char *stats = malloc(need + 1);
-    if (!stats || tide_stats_json(t, stats, need + 1, NULL) != TIDE_OK) {
-        free(stats);
-        return tide__fail(TIDE_EHOSTMEM, "tide_snapshot_json: out of host memory");
+    if (!stats) {
+        x->failed = true;
+        return;
     }
-    struct text x = {0};
-    text_printf(&x, "{\"backend\": ");
-    text_json_string(&x, t->backend.name);
-    text_printf(&x, ", \"guard_bytes\": %zu, \"segments\": [", t->guard);
-    allocator_lock_all(t);
+    stats_to_json(&s, stats, need + 1);
+    text_printf(x, "{\"backend\": ");
+    text_json_string(x, t->backend.name);
+    text_printf(x, ", \"guard_bytes\": %zu, \"segments\": [", t->guard);
     bool first_segment = true;
     for (uint32_t i = 0; i < atomic_load(&t->nheaps); i++) {
         struct heap *h = t->heaps[i];
         for (struct segment *seg = h->segments; seg; seg = seg->next) {
-            text_printf(&x, "%s\n {\"address\": %llu, \"size\": %zu, \"pool\": \"%s\", \"stream\": %llu, "
+            text_printf(x, "%s\n {\"address\": %llu, \"size\": %zu, \"pool\": \"%s\", \"stream\": %llu, "
                         "\"expandable\": %s, \"blocks\": [", first_segment ? "" : ",", (unsigned long long)seg->base,
                         seg->size, seg->pool == POOL_SMALL ? "small" : "large", (unsigned long long)h->stream,
                         seg->arena ? "true" : "false");
             first_segment = false;
             for (struct block *b = seg->first; b; b = b->next) {
                 bool active = b->state == BLOCK_ACTIVE;
-                text_printf(&x, "%s\n  {\"address\": %llu, \"size\": %zu, \"requested\": %zu, \"state\": "
+                text_printf(x, "%s\n  {\"address\": %llu, \"size\": %zu, \"requested\": %zu, \"state\": "
                             "\"%s\", \"stream\": %llu, \"tag\": ", b == seg->first ? "" : ",",
                             (unsigned long long)(b->addr + (b->state == BLOCK_FREE ? 0 : t->guard)), b->size,
                             active ? b->requested : 0, state_name(b->state), (unsigned long long)h->stream);
-                text_json_string(&x, active ? b->tag : NULL);
+                text_json_string(x, active ? b->tag : NULL);
                 char site[256] = "";
                 if (active && b->site)
                     describe_code_address(b->site, site, sizeof site);
-                text_printf(&x, ", \"site\": ");
-                text_json_string(&x, site[0] ? site : NULL);
-                text_printf(&x, "}");
+                text_printf(x, ", \"site\": ");
+                text_json_string(x, site[0] ? site : NULL);
+                text_printf(x, "}");
             }
-            text_printf(&x, "]}");
+            text_printf(x, "]}");
         }
     }
-    allocator_unlock_all(t);
-    text_printf(&x, "\n], \"stats\": %s}\n", stats);
+    text_printf(x, "\n], \"stats\": %s}\n", stats);
     free(stats);
-    return text_finish(&x, out, "tide_snapshot_json");
 }
 
 /* One line of the leak report: live blocks with the same tag and call site. */
@@ -77,12 +74,11 @@ static int by_bytes_descending(const void *a, const void *b)
     return x->bytes < y->bytes ? 1 : x->bytes > y->bytes ? -1 : 0;
 }
 
-static tide_status collect_leaks(tide_allocator *t, struct leak_group **out, size_t *n_out)
+tide_status report_leaks_locked(tide_allocator *t, struct leak_groups *out)
 {
     struct leak_group *groups = NULL;
     size_t n = 0, cap = 0;
     tide_status s = TIDE_OK;
-    allocator_lock_all(t);
     for (uint32_t i = 0; i < atomic_load(&t->nheaps) && s == TIDE_OK; i++) {
         for (struct segment *seg = t->heaps[i]->segments; seg && s == TIDE_OK; seg = seg->next) {
             for (struct block *b = seg->first; b; b = b->next) {
@@ -115,28 +111,21 @@ static tide_status collect_leaks(tide_allocator *t, struct leak_group **out, siz
             }
         }
     }
-    allocator_unlock_all(t);
     if (s != TIDE_OK) {
         free(groups);
         return tide__fail(s, "tide_leak_report: out of host memory");
     }
     if (n > 1)
         qsort(groups, n, sizeof *groups, by_bytes_descending);
-    *out = groups;
-    *n_out = n;
+    out->group = groups;
+    out->n = n;
     return TIDE_OK;
 }
 
-tide_status tide_leak_report(tide_allocator *t, char **out, uint64_t *live)
+tide_status report_leak_text(struct leak_groups *leaks, char **out, uint64_t *live)
 {
-    if (!t || !out)
-        return tide__fail(TIDE_EINVAL, "tide_leak_report: %s is NULL", t ? "out" : "the allocator");
-    *out = NULL;
-    struct leak_group *groups = NULL;
-    size_t n = 0;
-    tide_status s = collect_leaks(t, &groups, &n);
-    if (s != TIDE_OK)
-        return s;
+    struct leak_group *groups = leaks->group;
+    size_t n = leaks->n;
     uint64_t count = 0, bytes = 0, held = 0;
     for (size_t i = 0; i < n; i++) {
         if (groups[i].pending) {
@@ -170,6 +159,8 @@ tide_status tide_leak_report(tide_allocator *t, char **out, uint64_t *live)
                     g->tag ? "'" : "", g->site ? site : "(unknown: no history was on)");
     }
     free(groups);
+    leaks->group = NULL;
+    leaks->n = 0;
     if (live)
         *live = count;
     return text_finish(&x, out, "tide_leak_report");
