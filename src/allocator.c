@@ -607,12 +607,7 @@ tide_status tide_retain(tide_allocator *t, void *ptr)
     tide_status s = locate(t, (uintptr_t)ptr, "tide_retain", &h, &b);
     if (s != TIDE_OK)
         return s;
-    if (b->state != BLOCK_ACTIVE)
-        s = tide__fail(TIDE_EINVAL, "tide_retain of %p: the block was freed already", ptr);
-    else if (b->refs == UINT32_MAX)
-        s = tide__fail(TIDE_EINVAL, "tide_retain of %p: too many references", ptr);
-    else
-        b->refs++;
+    s = lifecycle_retain(b, ptr);
     heap_unlock(h);
     allocator_debug_check(t, 2, "tide_retain");
     return s;
@@ -626,10 +621,7 @@ tide_status tide_release(tide_allocator *t, void *ptr)
     tide_status s = locate(t, (uintptr_t)ptr, "tide_release", &h, &b);
     if (s != TIDE_OK)
         return s;
-    if (b->refs == 0)
-        s = tide__fail(TIDE_EINVAL, "tide_release of %p without a matching tide_retain", ptr);
-    else
-        s = lifecycle_release(h, b);
+    s = lifecycle_release(h, b, ptr);
     heap_unlock(h);
     allocator_debug_check(t, 2, "tide_release");
     return s;

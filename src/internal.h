@@ -359,7 +359,10 @@ struct block *segment_block_at(struct segment *seg, uintptr_t addr);
 /* ---- lifecycle.c: ACTIVE -> PENDING -> FREE ------------------------------------------------------ */
 tide_status lifecycle_free(struct heap *h, struct block *b, const void *site);
 tide_status lifecycle_record_stream(struct heap *h, struct block *b, tide_stream stream);
-tide_status lifecycle_release(struct heap *h, struct block *b);
+/* References (tide_retain, tide_release), under h->lock; ptr is the user's, for messages. The last
+ * release of a freed block makes it FREE. */
+tide_status lifecycle_retain(struct block *b, const void *ptr);
+tide_status lifecycle_release(struct heap *h, struct block *b, const void *ptr);
 /* Under h->lock: drain PENDING blocks whose fences have signalled (oldest first, stopping at the first
  * unsignalled fence of each stream). Returns the number of blocks that became FREE. */
 size_t lifecycle_poll(struct heap *h);

@@ -219,8 +219,20 @@ tide_status lifecycle_free(struct heap *h, struct block *b, const void *site)
     return TIDE_OK;
 }
 
-tide_status lifecycle_release(struct heap *h, struct block *b)
+tide_status lifecycle_retain(struct block *b, const void *ptr)
 {
+    if (b->state != BLOCK_ACTIVE)
+        return tide__fail(TIDE_EINVAL, "tide_retain of %p: the block was freed already", ptr);
+    if (b->refs == UINT32_MAX)
+        return tide__fail(TIDE_EINVAL, "tide_retain of %p: too many references", ptr);
+    b->refs++;
+    return TIDE_OK;
+}
+
+tide_status lifecycle_release(struct heap *h, struct block *b, const void *ptr)
+{
+    if (b->refs == 0)
+        return tide__fail(TIDE_EINVAL, "tide_release of %p without a matching tide_retain", ptr);
     b->refs--;
     if (finish_if_done(h, b))
         stats_settle(&h->stats);
