@@ -284,6 +284,16 @@ typedef struct tide_allocator tide_allocator;
  * allocator. config may be NULL or "" (then only TIDEPOOL_CONF applies). */
 TIDE_API tide_status tide_create(const tide_backend *backend, const char *config, tide_allocator **out);
 
+/* The configuration keys (see CONFIGURATION above), for tools and documentation: the index-th key
+ * (from 0), or NULL past the last. The strings are static. */
+typedef struct tide_config_key {
+    const char *name;              /* "limit", "expandable_segments", ... */
+    const char *type;              /* "bool", "fraction", "MiB", ... */
+    const char *default_value;     /* in words: "False", "off", "the device's memory" */
+    const char *doc;               /* one line */
+} tide_config_key;
+TIDE_API const tide_config_key *tide_config_key_at(size_t index);
+
 /* Synchronizes the device, releases every segment to the backend, and frees the allocator. Returns
  * TIDE_EBUSY (after freeing everything anyway) if allocations were still live or blocks still
  * referenced: the message says how many and how large. Returns TIDE_EDEVICE if the device failed to

@@ -178,9 +178,7 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
         return s;
     const char *name = backend->name ? backend->name : "(unnamed)"; /* a backend need not name itself */
     struct tide_config conf;
-    config_defaults(&conf);
-    if ((s = config_parse(&conf, getenv("TIDEPOOL_CONF"), "TIDEPOOL_CONF")) != TIDE_OK ||
-        (s = config_parse(&conf, config, "tide_create config")) != TIDE_OK)
+    if ((s = config_load(&conf, config, "tide_create config")) != TIDE_OK)
         return s;
 
     bool has_fill = backend->struct_size > offsetof(tide_backend, fill) && backend->fill;

@@ -1,25 +1,16 @@
 /*
- * The configuration string: "key:value,key:value", as in PYTORCH_CUDA_ALLOC_CONF. Every key is known
- * and every value checked; nothing is silently ignored.
+ * The configuration string: "key:value,key:value", as in PYTORCH_CUDA_ALLOC_CONF. Every key is in one
+ * table (below) with its kind, range, default and documentation; every value is checked, and nothing
+ * is silently ignored. TIDEPOOL_CONF is read here only (config_load).
  */
 #include "internal.h"
 
 #include <ctype.h>
+#include <stddef.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define KEY_LIST                                                                                   \
-    "limit, garbage_collection_threshold, max_split_size_mb, trim_on_growth, debug, expandable_segments, " \
-    "scrub, guard, leak_report, peer_access"
-
-void config_defaults(struct tide_config *c)
-{
-    memset(c, 0, sizeof *c);
-    c->max_split_size = SIZE_MAX;
-    c->trim_on_growth = true;
-}
 
 static bool equals(const char *s, size_t len, const char *word)
 {
@@ -130,72 +121,153 @@ static void trim(const char **s, size_t *len)
         (*len)--;
 }
 
-static tide_status bad_value(const char *origin, const char *key, size_t klen, const char *v,
-                             size_t vlen, const char *expected)
+/* ---- the keys ------------------------------------------------------------------------------------- */
+
+/* How a key's value is read, and where it goes. */
+enum key_kind {
+    KEY_BOOL,         /* True/False (any case), 1/0, into a bool */
+    KEY_LEVEL,        /* a whole number in [lo, hi], into an int */
+    KEY_FRACTION,     /* a decimal in (lo, hi), into a double */
+    KEY_MIB,          /* a whole number of MiB in [lo, hi], into a size_t of bytes */
+    KEY_LIMIT,        /* bytes, or a fraction of the device: limit_bytes, limit_fraction, limit_set */
+};
+
+struct config_key {
+    tide_config_key doc;              /* what tide_config_keys tells users */
+    enum key_kind kind;
+    size_t field;                     /* offsetof the value in struct tide_config */
+    double lo, hi;                    /* the range, for KEY_LEVEL, KEY_FRACTION, KEY_MIB */
+    double default_value;             /* for KEY_BOOL (0 or 1), KEY_LEVEL, KEY_FRACTION, KEY_MIB (in
+                                         bytes; SIZE_MAX for none) */
+    const char *expected;             /* the message's "expected ..." */
+};
+
+#define FIELD(f) offsetof(struct tide_config, f)
+#define BOOL_KEY(name, f, dflt, doc)                                                                     { {name, "bool", (dflt) ? "True" : "False", doc}, KEY_BOOL, FIELD(f), 0, 1, dflt, "True or False" }
+
+/* Every key, once. The manual (tidepool.h, CONFIGURATION) and README's table say the same; the test
+ * config_keys_documented checks README's against tide_config_keys. */
+static const struct config_key keys[] = {
+    {{"limit", "size or fraction", "the device's memory",
+      "reserved memory never exceeds it: bytes (8GiB, 512MB) or a fraction of the device (0.9, 90%)"},
+     KEY_LIMIT, FIELD(limit_bytes), 0, 0, 0,
+     "bytes (\"8GiB\", \"512MB\", \"4096\") or a fraction of the device (\"0.9\", \"90%\")"},
+    {{"garbage_collection_threshold", "fraction", "off",
+      "0 < F < 1: above F x limit, give the oldest idle segments back before reserving"},
+     KEY_FRACTION, FIELD(gc_threshold), 0, 1, 0, "a fraction of the limit, 0 < F < 1"},
+    {{"max_split_size_mb", "MiB", "unlimited",
+      "blocks of N MiB or more (N > 20) are never split, and smaller requests never take them"},
+     KEY_MIB, FIELD(max_split_size), 21, (double)(UINT64_MAX >> 21), (double)SIZE_MAX,
+     "a whole number of MiB above 20"},
+    BOOL_KEY("trim_on_growth", trim_on_growth, 1,
+             "before reserving past the most ever reserved, give idle segments back"),
+    BOOL_KEY("expandable_segments", expandable_segments, 0,
+             "segments that grow and shrink by 2 MiB pages (CUDA virtual memory)"),
+    BOOL_KEY("peer_access", peer_access, 0, "with expandable segments: map every page for each peer GPU too"),
+    BOOL_KEY("scrub", scrub, 0, "zero every block on its stream before it is handed out again"),
+    BOOL_KEY("guard", guard, 0,
+             "canaries around every block, checked on the device at free (TIDE_ECORRUPT saying where)"),
+    BOOL_KEY("leak_report", leak_report, 0, "tide_destroy prints what is still allocated, by tag and call site"),
+    {{"debug", "0, 1 or 2", "0",
+      "1: validate every invariant after each call that reserves or releases; 2: after every call"},
+     KEY_LEVEL, FIELD(debug), 0, 2, 0, "0, 1 or 2"},
+};
+#define KEY_COUNT (sizeof keys / sizeof keys[0])
+
+const tide_config_key *tide_config_key_at(size_t index)
 {
-    return tide__fail(TIDE_EINVAL, "%s: bad value '%.*s' for %.*s: expected %s", origin, (int)vlen, v,
-                      (int)klen, key, expected);
+    return index < KEY_COUNT ? &keys[index].doc : NULL;
 }
 
-static tide_status apply(struct tide_config *c, const char *origin, const char *k, size_t klen,
+void config_defaults(struct tide_config *c)
+{
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < KEY_COUNT; i++) {
+        char *field = (char *)c + keys[i].field;
+        double d = keys[i].default_value;
+        switch (keys[i].kind) {
+        case KEY_BOOL: *(bool *)field = d != 0; break;
+        case KEY_LEVEL: *(int *)field = (int)d; break;
+        case KEY_FRACTION: *(double *)field = d; break;
+        case KEY_MIB: *(size_t *)field = d >= (double)SIZE_MAX ? SIZE_MAX : (size_t)d; break;
+        case KEY_LIMIT: break; /* unset: the device's memory, decided at tide_create */
+        }
+    }
+}
+
+static tide_status bad_value(const char *origin, const struct config_key *key, const char *v, size_t vlen)
+{
+    return tide__fail(TIDE_EINVAL, "%s: bad value '%.*s' for %s: expected %s", origin, (int)vlen, v,
+                      key->doc.name, key->expected);
+}
+
+static tide_status apply_limit(struct tide_config *c, const char *origin, const struct config_key *key,
+                               const char *v, size_t vlen)
+{
+    double f;
+    uint64_t bytes;
+    if (vlen && v[vlen - 1] == '%' && parse_double(v, vlen - 1, &f) && f > 0 && f <= 100) {
+        c->limit_fraction = f / 100.0;
+    } else if (memchr(v, '.', vlen) && parse_double(v, vlen, &f)) {
+        if (!(f > 0 && f <= 1))
+            return tide__fail(TIDE_EINVAL, "%s: bad value '%.*s' for limit: expected a fraction of the "
+                              "device in (0, 1]", origin, (int)vlen, v);
+        c->limit_fraction = f;
+    } else if (parse_size(v, vlen, &bytes) && bytes > 0 && bytes <= SIZE_MAX) {
+        c->limit_fraction = 0;
+        c->limit_bytes = (size_t)bytes;
+    } else {
+        return bad_value(origin, key, v, vlen);
+    }
+    c->limit_set = true;
+    return TIDE_OK;
+}
+
+static tide_status apply(struct tide_config *c, const char *origin, const struct config_key *key,
                          const char *v, size_t vlen)
 {
-    if (equals(k, klen, "limit")) {
-        double f;
-        uint64_t bytes;
-        if (vlen && v[vlen - 1] == '%' && parse_double(v, vlen - 1, &f) && f > 0 && f <= 100) {
-            c->limit_fraction = f / 100.0;
-        } else if (memchr(v, '.', vlen) && parse_double(v, vlen, &f)) {
-            if (!(f > 0 && f <= 1))
-                return bad_value(origin, k, klen, v, vlen, "a fraction of the device in (0, 1]");
-            c->limit_fraction = f;
-        } else if (parse_size(v, vlen, &bytes) && bytes > 0) {
-            c->limit_fraction = 0;
-            c->limit_bytes = (size_t)bytes;
-        } else {
-            return bad_value(origin, k, klen, v, vlen,
-                             "bytes (\"8GiB\", \"512MB\", \"4096\") or a fraction of the device "
-                             "(\"0.9\", \"90%\")");
-        }
-        c->limit_set = true;
-    } else if (equals(k, klen, "garbage_collection_threshold")) {
-        double f;
-        if (!parse_double(v, vlen, &f) || !(f > 0 && f < 1))
-            return bad_value(origin, k, klen, v, vlen, "a fraction of the limit, 0 < F < 1");
-        c->gc_threshold = f;
-    } else if (equals(k, klen, "max_split_size_mb")) {
-        uint64_t mb;
-        if (!parse_uint(v, vlen, &mb) || mb <= 20 || mb > (UINT64_MAX >> 21))
-            return bad_value(origin, k, klen, v, vlen, "a whole number of MiB above 20");
-        c->max_split_size = (size_t)mb * MiB;
-    } else if (equals(k, klen, "trim_on_growth")) {
-        if (!parse_bool(v, vlen, &c->trim_on_growth))
-            return bad_value(origin, k, klen, v, vlen, "True or False");
-    } else if (equals(k, klen, "peer_access")) {
-        if (!parse_bool(v, vlen, &c->peer_access))
-            return bad_value(origin, k, klen, v, vlen, "True or False");
-    } else if (equals(k, klen, "leak_report")) {
-        if (!parse_bool(v, vlen, &c->leak_report))
-            return bad_value(origin, k, klen, v, vlen, "True or False");
-    } else if (equals(k, klen, "scrub")) {
-        if (!parse_bool(v, vlen, &c->scrub))
-            return bad_value(origin, k, klen, v, vlen, "True or False");
-    } else if (equals(k, klen, "guard")) {
-        if (!parse_bool(v, vlen, &c->guard))
-            return bad_value(origin, k, klen, v, vlen, "True or False");
-    } else if (equals(k, klen, "debug")) {
-        uint64_t level;
-        if (!parse_uint(v, vlen, &level) || level > 2)
-            return bad_value(origin, k, klen, v, vlen, "0, 1 or 2");
-        c->debug = (int)level;
-    } else if (equals(k, klen, "expandable_segments")) {
-        if (!parse_bool(v, vlen, &c->expandable_segments))
-            return bad_value(origin, k, klen, v, vlen, "True or False");
-    } else {
-        return tide__fail(TIDE_EINVAL, "%s: unknown key '%.*s' (known keys: " KEY_LIST ")", origin,
-                          (int)klen, k);
+    char *field = (char *)c + key->field;
+    double f;
+    uint64_t n;
+    switch (key->kind) {
+    case KEY_BOOL:
+        return parse_bool(v, vlen, (bool *)field) ? TIDE_OK : bad_value(origin, key, v, vlen);
+    case KEY_LEVEL:
+        if (!parse_uint(v, vlen, &n) || (double)n < key->lo || (double)n > key->hi)
+            return bad_value(origin, key, v, vlen);
+        *(int *)field = (int)n;
+        return TIDE_OK;
+    case KEY_FRACTION:
+        if (!parse_double(v, vlen, &f) || !(f > key->lo && f < key->hi))
+            return bad_value(origin, key, v, vlen);
+        *(double *)field = f;
+        return TIDE_OK;
+    case KEY_MIB:
+        if (!parse_uint(v, vlen, &n) || (double)n < key->lo || (double)n > key->hi || n > SIZE_MAX / MiB)
+            return bad_value(origin, key, v, vlen);
+        *(size_t *)field = (size_t)n * MiB;
+        return TIDE_OK;
+    case KEY_LIMIT:
+        return apply_limit(c, origin, key, v, vlen);
     }
-    return TIDE_OK;
+    return bad_value(origin, key, v, vlen);
+}
+
+static const struct config_key *find_key(const char *k, size_t klen)
+{
+    for (size_t i = 0; i < KEY_COUNT; i++)
+        if (equals(k, klen, keys[i].doc.name))
+            return &keys[i];
+    return NULL;
+}
+
+static tide_status unknown_key(const char *origin, const char *k, size_t klen)
+{
+    char known[512];
+    size_t n = 0;
+    for (size_t i = 0; i < KEY_COUNT && n < sizeof known; i++)
+        n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", keys[i].doc.name);
+    return tide__fail(TIDE_EINVAL, "%s: unknown key '%.*s' (known keys: %s)", origin, (int)klen, k, known);
 }
 
 tide_status config_parse(struct tide_config *c, const char *text, const char *origin)
@@ -228,7 +300,10 @@ tide_status config_parse(struct tide_config *c, const char *text, const char *or
         if (klen == 0 || vlen == 0)
             return tide__fail(TIDE_EINVAL, "%s: '%.*s' needs both a key and a value", origin, (int)len,
                               item);
-        tide_status s = apply(&next, origin, k, klen, v, vlen);
+        const struct config_key *key = find_key(k, klen);
+        if (!key)
+            return unknown_key(origin, k, klen);
+        tide_status s = apply(&next, origin, key, v, vlen);
         if (s != TIDE_OK)
             return s;
         if (!end)
@@ -237,4 +312,11 @@ tide_status config_parse(struct tide_config *c, const char *text, const char *or
     }
     *c = next;
     return TIDE_OK;
+}
+
+tide_status config_load(struct tide_config *c, const char *text, const char *origin)
+{
+    config_defaults(c);
+    tide_status s = config_parse(c, getenv("TIDEPOOL_CONF"), "TIDEPOOL_CONF");
+    return s == TIDE_OK ? config_parse(c, text, origin) : s;
 }

@@ -24,10 +24,7 @@ tide_status tide_devices_create(const char *config, tide_devices **out)
     *out = NULL;
     /* Check the config now, so a bad one fails here and not at the first allocation. */
     struct tide_config c;
-    config_defaults(&c);
-    tide_status s = config_parse(&c, getenv("TIDEPOOL_CONF"), "TIDEPOOL_CONF");
-    if (s == TIDE_OK)
-        s = config_parse(&c, config, "config");
+    tide_status s = config_load(&c, config, "config");
     if (s != TIDE_OK)
         return s;
     tide_devices *set = calloc(1, sizeof *set);

@@ -91,6 +91,8 @@ struct segment *segment_map_find(const struct segment_map *sm, uintptr_t addr);
 
 /* ---- config.c ------------------------------------------------------------------------------------ */
 void config_defaults(struct tide_config *c);
+/* The defaults, then TIDEPOOL_CONF, then text (which wins; origin names it in messages). */
+tide_status config_load(struct tide_config *c, const char *text, const char *origin);
 /* Applies "key:value,..." on top of *c. origin names the string in messages ("TIDEPOOL_CONF"). On
  * error, *c is unchanged. */
 tide_status config_parse(struct tide_config *c, const char *text, const char *origin);

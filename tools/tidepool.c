@@ -22,6 +22,7 @@ static void usage(FILE *f)
     fputs("usage: tidepool replay [options] FILE...\n"
           "       tidepool plot [options] FILE -o OUT.svg\n"
           "       tidepool stats STATS.json\n"
+          "       tidepool config\n"
           "       tidepool version\n"
           "\n"
           "replay: replays allocation traces (tidepool CSV, RMM log CSV, plain or .gz; a PyTorch\n"
@@ -630,6 +631,21 @@ static int cmd_stats(int argc, char **argv)
     return 0;
 }
 
+/* tidepool config: every configuration key, as the Markdown table README.md shows. */
+static int cmd_config(int argc, char **argv)
+{
+    (void)argv;
+    if (argc != 0) {
+        fprintf(stderr, "usage: tidepool config (it takes no arguments)\n");
+        return 2;
+    }
+    printf("| key | default | what |\n|---|---|---|\n");
+    const tide_config_key *k;
+    for (size_t i = 0; (k = tide_config_key_at(i)) != NULL; i++)
+        printf("| `%s` | %s | %s |\n", k->name, k->default_value, k->doc);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -642,6 +658,8 @@ int main(int argc, char **argv)
         return cmd_replay(argc - 2, argv + 2, true);
     if (!strcmp(argv[1], "stats"))
         return cmd_stats(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "config"))
+        return cmd_config(argc - 2, argv + 2);
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
         printf("tidepool %d.%d.%d\n", TIDE_VERSION_MAJOR, TIDE_VERSION_MINOR, TIDE_VERSION_PATCH);
         return 0;
