@@ -228,10 +228,11 @@ static size_t check_arenas(struct checker *c, tide_allocator *t, struct heap *h,
     return runs;
 }
 
-static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int64_t *reserved)
+/* Walks h's segments into tl (per pool), and its arenas; returns how many segments, and how many of
+ * them are idle. */
+static size_t check_heap_segments(struct checker *c, tide_allocator *t, struct heap *h, struct tally *tl,
+                                  size_t *idle_out)
 {
-    struct tally tl[POOL_KINDS];
-    memset(tl, 0, sizeof tl);
     size_t segments = 0, runs = 0, idle_segments = 0;
     /* A list that loops would walk forever: no more segments than the statistics count (if those are
      * wrong, that is reported below), and one more to see that the list goes on. */
@@ -254,8 +255,14 @@ static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int
     if (in_arenas != runs)
         problem(c, "stream 0x%llx has %zu runs of pages, and its arenas list %zu",
                 (unsigned long long)h->stream, runs, in_arenas);
+    *idle_out = idle_segments;
+    return segments;
+}
 
-    /* Lists and indexes hold exactly what the walk found. */
+/* The free index, the pointer map, the pending list and the fence queues hold exactly what the walk
+ * found. */
+static void check_heap_block_lists(struct checker *c, struct heap *h, const struct tally *tl)
+{
     for (int p = 0; p < POOL_KINDS; p++) {
         const char *pool = p == POOL_SMALL ? "small" : "large";
         bool bitmaps_agree;
@@ -285,6 +292,27 @@ static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int
         problem(c, "stream 0x%llx: %zu blocks on the pending list, the walk found %lld PENDING",
                 (unsigned long long)h->stream, pending_listed,
                 (long long)(tl[0].pending_blocks + tl[1].pending_blocks));
+    int64_t fences_queued = 0, fences_held = 0;
+    for (uint32_t i = 0; i < h->nqueues; i++) {
+        const struct fence_queue *q = &h->queues[i];
+        for (uint32_t k = 0; k < q->count; k++) {
+            const struct block *b = q->ring[(q->head + k) % q->cap].block;
+            if (b->state != BLOCK_PENDING)
+                problem(c, "a fence waits for block 0x%llx, which is not PENDING",
+                        (unsigned long long)b->addr);
+            fences_queued++;
+        }
+    }
+    for (struct block *b = h->pending_head; b; b = b->link_next)
+        fences_held += b->fences;
+    if (fences_queued != fences_held)
+        problem(c, "stream 0x%llx: %lld fences queued but PENDING blocks count %lld",
+                (unsigned long long)h->stream, (long long)fences_queued, (long long)fences_held);
+}
+
+/* The idle list holds exactly the wholly free segments, oldest first. */
+static void check_heap_idle_list(struct checker *c, struct heap *h, size_t segments, size_t idle_segments)
+{
     uint64_t last_idle = 0;
     size_t idle_listed = 0;
     for (struct segment *seg = h->idle_head; seg; seg = seg->idle_next) {
@@ -302,24 +330,11 @@ static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int
         problem(c, "stream 0x%llx: %s%zu segments on the idle list, the walk found %zu wholly free",
                 (unsigned long long)h->stream, idle_listed > segments ? "more than " : "",
                 idle_listed > segments ? segments : idle_listed, idle_segments);
-    int64_t fences_queued = 0, fences_held = 0;
-    for (uint32_t i = 0; i < h->nqueues; i++) {
-        const struct fence_queue *q = &h->queues[i];
-        for (uint32_t k = 0; k < q->count; k++) {
-            const struct block *b = q->ring[(q->head + k) % q->cap].block;
-            if (b->state != BLOCK_PENDING)
-                problem(c, "a fence waits for block 0x%llx, which is not PENDING",
-                        (unsigned long long)b->addr);
-            fences_queued++;
-        }
-    }
-    for (struct block *b = h->pending_head; b; b = b->link_next)
-        fences_held += b->fences;
-    if (fences_queued != fences_held)
-        problem(c, "stream 0x%llx: %lld fences queued but PENDING blocks count %lld",
-                (unsigned long long)h->stream, (long long)fences_queued, (long long)fences_held);
+}
 
-    /* The counters agree with the walk, per pool and in total. */
+/* The counters agree with the walk, per pool and in total; returns the heap's reserved bytes. */
+static int64_t check_heap_counters(struct checker *c, struct heap *h, const struct tally *tl)
+{
     struct tally all;
     memset(&all, 0, sizeof all);
     for (int p = 0; p <= POOL_KINDS; p++) {
@@ -350,7 +365,18 @@ static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int
             all.pending_blocks += w->pending_blocks;
         }
     }
-    *reserved += all.reserved;
+    return all.reserved;
+}
+
+static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int64_t *reserved)
+{
+    struct tally tl[POOL_KINDS];
+    memset(tl, 0, sizeof tl);
+    size_t idle_segments;
+    size_t segments = check_heap_segments(c, t, h, tl, &idle_segments);
+    check_heap_block_lists(c, h, tl);
+    check_heap_idle_list(c, h, segments, idle_segments);
+    *reserved += check_heap_counters(c, h, tl);
 }
 
 tide_status check_locked(tide_allocator *t)

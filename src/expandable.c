@@ -403,11 +403,66 @@ static void keep_stranded_pages(tide_allocator *t, struct heap *h, const struct 
     HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, h->stream, addr, size);
 }
 
+/* Before a growth of p->need bytes: stay under the high-water mark by unmapping free pages elsewhere
+ * first, as for reserved segments (see grow in pressure.c), unless the very pages about to be mapped
+ * were unmapped for that lately (the program needs them: the mark rises instead); and under the
+ * garbage-collection threshold. Pages go largest stretch first, not oldest first: a page has no age
+ * of its own. Returns whether anything was released (then runs may have split: plan again). */
+static bool trim_before_growth(tide_allocator *t, const struct placement *p)
+{
+    bool released = false;
+    if (t->conf.trim_on_growth && t->reserved + p->need > t->high_water) {
+        if (recently_unmapped(t, p->addr, p->addr + p->need)) {
+            t->high_water = t->reserved + p->need;
+        } else {
+            release_pages(t, t->reserved + p->need - t->high_water, p->keep_lo, p->keep_hi,
+                          RELEASE_FOR_HIGH_WATER, NULL, NULL);
+            released = true;
+        }
+    }
+    if (t->gc_threshold && t->reserved + p->need > t->gc_threshold) {
+        size_t got = 0;
+        release_pages(t, t->reserved + p->need - t->gc_threshold, p->keep_lo, p->keep_hi, RELEASE_ASKED,
+                      NULL, &got);
+        t->num_gc_released += got > 0;
+        released = true;
+    }
+    return released;
+}
+
+/* Maps the p->need bytes the plan lacks, with the block structs that joining them to their run will
+ * need (*needs, for join_pages). On a failure pages mapped before it are kept as FREE memory of the
+ * heap, and *needs is given back. */
+static tide_status map_planned_pages(tide_allocator *t, struct heap *h, struct placement *p,
+                                     struct join_needs *needs)
+{
+    tide_status s = join_needs_get(t, h, p, needs);
+    if (s != TIDE_OK)
+        return s;
+    /* At or below the mark the memory was needed before, and is mapped again in units of
+     * TIDE_MAP_UNIT_PAGES (see Units above); past it, page by page, so that a trim can give back any
+     * of them. */
+    bool paired = t->reserved + p->need <= t->high_water;
+    uintptr_t stranded_at = 0;
+    size_t stranded = 0;
+    s = map_units(t, p->arena, p->addr, p->need, paired, &stranded_at, &stranded);
+    if (stranded)
+        keep_stranded_pages(t, h, p, stranded_at, stranded, needs);
+    if (s != TIDE_OK) {
+        heap_lock(h);
+        join_needs_put(t, h, needs);
+        heap_unlock(h);
+        return s;
+    }
+    note_reserved(t, p->need);
+    HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, h->stream, p->addr, p->need);
+    return TIDE_OK;
+}
+
 tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
                             size_t requested, struct block **out)
 {
-    const tide_backend *be = &t->backend;
-    size_t page = be->page_size;
+    size_t page = t->backend.page_size;
     /* A plan can go stale while memory is released for it, or while this stream's fast path takes the
      * FREE tail it counted on: plan again, a few times. */
     bool trimmed = false;
@@ -423,55 +478,20 @@ tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind po
                 return s;
             continue;
         }
-        /* As for reserved segments (see grow in pressure.c): stay under the high-water mark by
-         * unmapping free pages elsewhere first, unless the very pages about to be mapped were unmapped
-         * for that lately (the program needs them: the mark rises instead); and under the
-         * garbage-collection threshold. Pages go largest stretch first, not oldest first: a page has
-         * no age of its own. Once, then plan again, since runs may have split. */
-        bool released = false;
-        if (!trimmed && p.need && t->conf.trim_on_growth && t->reserved + p.need > t->high_water) {
-            if (recently_unmapped(t, p.addr, p.addr + p.need)) {
-                t->high_water = t->reserved + p.need;
-            } else {
-                release_pages(t, t->reserved + p.need - t->high_water, p.keep_lo, p.keep_hi,
-                              RELEASE_FOR_HIGH_WATER, NULL, NULL);
-                released = true;
-            }
-        }
-        if (!trimmed && p.need && t->gc_threshold && t->reserved + p.need > t->gc_threshold) {
-            size_t got = 0;
-            release_pages(t, t->reserved + p.need - t->gc_threshold, p.keep_lo, p.keep_hi,
-                          RELEASE_ASKED, NULL, &got);
-            t->num_gc_released += got > 0;
-            released = true;
+        /* Trimmed once, then planned again, since runs may have split (even where an unmap failed). */
+        if (!trimmed && p.need) {
+            trimmed = true;
+            if (trim_before_growth(t, &p))
+                continue;
         }
         trimmed = true;
-        if (released)
-            continue; /* runs may have split (even where an unmap then failed): plan again */
         if (p.need > t->limit || t->reserved > t->limit - p.need)
             return TIDE_ENOMEM;
         struct join_needs needs = {NULL, NULL};
         if (p.need) {
-            tide_status s = join_needs_get(t, h, &p, &needs);
+            tide_status s = map_planned_pages(t, h, &p, &needs);
             if (s != TIDE_OK)
                 return s;
-            /* At or below the mark the memory was needed before, and is mapped again in units of
-             * TIDE_MAP_UNIT_PAGES (see Units above); past it, page by page, so that a trim can give
-             * back any of them. */
-            bool paired = t->reserved + p.need <= t->high_water;
-            uintptr_t stranded_at = 0;
-            size_t stranded = 0;
-            s = map_units(t, p.arena, p.addr, p.need, paired, &stranded_at, &stranded);
-            if (stranded)
-                keep_stranded_pages(t, h, &p, stranded_at, stranded, &needs);
-            if (s != TIDE_OK) {
-                heap_lock(h);
-                join_needs_put(t, h, &needs);
-                heap_unlock(h);
-                return s;
-            }
-            note_reserved(t, p.need);
-            HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, h->stream, p.addr, p.need);
         }
         heap_lock(h);
         struct segment *run = p.need ? join_pages(t, h, &p, &needs) : p.left;

@@ -33,28 +33,44 @@ static uint64_t axis_step(uint64_t top)
 
 static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
-int plot_svg(FILE *f, const tide_event *ev, size_t n, const char *title)
+/* The events replayed into columns: each column's highest point of each series, and where segments
+ * were reserved and released. */
+struct plot_columns {
+    size_t columns;
+    struct series *col;
+    uint8_t *reserve_mark, *release_mark;
+    uint64_t peak, peak_allocated, peak_reserved, segments_reserved, segments_released;
+};
+
+static void plot_columns_free(struct plot_columns *p)
 {
-    if (n == 0)
-        return -1;
-    /* Replay the events into three series, then keep each column's highest point. */
+    free(p->col);
+    free(p->reserve_mark);
+    free(p->release_mark);
+}
+
+static int plot_columns_from_events(const tide_event *ev, size_t n, struct plot_columns *p)
+{
     struct series now = {0, 0, 0};
-    size_t columns = n < MAX_COLUMNS ? n : MAX_COLUMNS;
-    struct series *col = calloc(columns, sizeof *col);
-    uint8_t *reserve_mark = calloc(columns, 1), *release_mark = calloc(columns, 1);
+    memset(p, 0, sizeof *p);
+    p->columns = n < MAX_COLUMNS ? n : MAX_COLUMNS;
+    p->col = calloc(p->columns, sizeof *p->col);
+    p->reserve_mark = calloc(p->columns, 1);
+    p->release_mark = calloc(p->columns, 1);
     /* requested sizes by address, to subtract at free: a small open-addressing map */
     size_t cap = 1024;
     while (cap < 4 * n)
         cap *= 2;
     uint64_t *keys = calloc(cap, sizeof *keys), *vals = calloc(cap, sizeof *vals);
-    if (!col || !reserve_mark || !release_mark || !keys || !vals) {
-        free(col), free(reserve_mark), free(release_mark), free(keys), free(vals);
+    if (!p->col || !p->reserve_mark || !p->release_mark || !keys || !vals) {
+        plot_columns_free(p);
+        free(keys), free(vals);
         return -1;
     }
-    uint64_t peak = 1, segments_reserved = 0, segments_released = 0, peak_allocated = 0, peak_reserved = 0;
+    p->peak = 1;
     for (size_t i = 0; i < n; i++) {
         const tide_event *e = &ev[i];
-        size_t c = i * columns / n, h = (size_t)((e->addr >> 9) * 0x9E3779B97F4A7C15ull) & (cap - 1);
+        size_t c = i * p->columns / n, h = (size_t)((e->addr >> 9) * 0x9E3779B97F4A7C15ull) & (cap - 1);
         switch (e->kind) {
         case TIDE_EVENT_ALLOC:
             while (keys[h] && keys[h] != e->addr)
@@ -84,46 +100,50 @@ int plot_svg(FILE *f, const tide_event *ev, size_t n, const char *title)
             break;
         case TIDE_EVENT_SEGMENT_RESERVED:
             now.reserved += e->size;
-            reserve_mark[c] = 1;
-            segments_reserved++;
+            p->reserve_mark[c] = 1;
+            p->segments_reserved++;
             break;
         case TIDE_EVENT_SEGMENT_RELEASED:
             now.reserved -= e->size <= now.reserved ? e->size : now.reserved;
-            release_mark[c] = 1;
-            segments_released++;
+            p->release_mark[c] = 1;
+            p->segments_released++;
             break;
         default:
             break;
         }
-        if (now.allocated > col[c].allocated)
-            col[c].allocated = now.allocated;
-        if (now.allocated + now.pending > col[c].pending)
-            col[c].pending = now.allocated + now.pending;
-        if (now.reserved > col[c].reserved)
-            col[c].reserved = now.reserved;
-        peak = max3(peak, now.reserved, now.allocated + now.pending);
-        if (now.allocated > peak_allocated)
-            peak_allocated = now.allocated;
-        if (now.reserved > peak_reserved)
-            peak_reserved = now.reserved;
+        if (now.allocated > p->col[c].allocated)
+            p->col[c].allocated = now.allocated;
+        if (now.allocated + now.pending > p->col[c].pending)
+            p->col[c].pending = now.allocated + now.pending;
+        if (now.reserved > p->col[c].reserved)
+            p->col[c].reserved = now.reserved;
+        p->peak = max3(p->peak, now.reserved, now.allocated + now.pending);
+        if (now.allocated > p->peak_allocated)
+            p->peak_allocated = now.allocated;
+        if (now.reserved > p->peak_reserved)
+            p->peak_reserved = now.reserved;
     }
     free(keys);
     free(vals);
+    return 0;
+}
 
+static void draw_svg(FILE *f, const struct plot_columns *p, size_t n, const char *title)
+{
     double plot_w = WIDTH - LEFT - RIGHT, plot_h = HEIGHT - TOP - BOTTOM;
-    uint64_t step = axis_step(peak);
-    uint64_t top = (peak + step - 1) / step * step;
+    uint64_t step = axis_step(p->peak);
+    uint64_t top = (p->peak + step - 1) / step * step;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "font-family=\"sans-serif\" font-size=\"13\">\n", WIDTH, HEIGHT, WIDTH, HEIGHT);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     char b1[32], b2[32];
     fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"16\" font-weight=\"bold\">", LEFT);
-    for (const char *p = title; *p; p++) /* escape what XML needs */
-        fputs(*p == '<' ? "&lt;" : *p == '>' ? "&gt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
+    for (const char *ch = title; *ch; ch++) /* escape what XML needs */
+        fputs(*ch == '<' ? "&lt;" : *ch == '>' ? "&gt;" : *ch == '&' ? "&amp;" : (char[2]){*ch, 0}, f);
     fprintf(f, "</text>\n<text x=\"%d\" y=\"42\" fill=\"#555\">peak allocated %s, peak reserved %s; %llu "
-               "segments reserved, %llu released; %zu events</text>\n", LEFT, human_bytes(peak_allocated, b1),
-            human_bytes(peak_reserved, b2), (unsigned long long)segments_reserved,
-            (unsigned long long)segments_released, n);
+               "segments reserved, %llu released; %zu events</text>\n", LEFT, human_bytes(p->peak_allocated, b1),
+            human_bytes(p->peak_reserved, b2), (unsigned long long)p->segments_reserved,
+            (unsigned long long)p->segments_released, n);
     /* grid and axis labels */
     for (uint64_t v = 0; v <= top; v += step) {
         double y = TOP + plot_h - (double)v / (double)top * plot_h;
@@ -139,21 +159,21 @@ int plot_svg(FILE *f, const tide_event *ev, size_t n, const char *title)
     for (int l = 0; l < 3; l++) {
         fprintf(f, "<polygon fill=\"%s\" stroke=\"%s\" stroke-width=\"1\" points=\"%d,%.0f", layers[l].fill,
                 layers[l].stroke, LEFT, TOP + plot_h);
-        for (size_t c = 0; c < columns; c++) {
-            uint64_t v = l == 0 ? col[c].reserved : l == 1 ? col[c].pending : col[c].allocated;
-            double x = LEFT + (double)c * plot_w / (double)(columns > 1 ? columns - 1 : 1);
+        for (size_t c = 0; c < p->columns; c++) {
+            uint64_t v = l == 0 ? p->col[c].reserved : l == 1 ? p->col[c].pending : p->col[c].allocated;
+            double x = LEFT + (double)c * plot_w / (double)(p->columns > 1 ? p->columns - 1 : 1);
             double y = TOP + plot_h - (double)v / (double)top * plot_h;
             fprintf(f, " %.1f,%.1f", x, y);
         }
         fprintf(f, " %.0f,%.0f\"/>\n", LEFT + plot_w, TOP + plot_h);
     }
     /* segment events along the bottom */
-    for (size_t c = 0; c < columns; c++) {
-        double x = LEFT + (double)c * plot_w / (double)(columns > 1 ? columns - 1 : 1);
-        if (reserve_mark[c])
+    for (size_t c = 0; c < p->columns; c++) {
+        double x = LEFT + (double)c * plot_w / (double)(p->columns > 1 ? p->columns - 1 : 1);
+        if (p->reserve_mark[c])
             fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"#2060c0\"/>\n", x, x,
                     TOP + plot_h + 6, TOP + plot_h + 16);
-        if (release_mark[c])
+        if (p->release_mark[c])
             fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"#c02020\"/>\n", x, x,
                     TOP + plot_h + 18, TOP + plot_h + 28);
     }
@@ -172,8 +192,14 @@ int plot_svg(FILE *f, const tide_event *ev, size_t n, const char *title)
     fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"#c02020\" stroke-width=\"2\"/><text x=\"%d\" "
                "y=\"%d\">segment released</text>\n", lx, lx, ly - 11, ly, lx + 8, ly);
     fprintf(f, "</svg>\n");
-    free(col);
-    free(reserve_mark);
-    free(release_mark);
+}
+
+int plot_svg(FILE *f, const tide_event *ev, size_t n, const char *title)
+{
+    struct plot_columns p;
+    if (n == 0 || plot_columns_from_events(ev, n, &p) != 0)
+        return -1;
+    draw_svg(f, &p, n, title);
+    plot_columns_free(&p);
     return ferror(f) ? -1 : 0;
 }

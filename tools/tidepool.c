@@ -311,19 +311,23 @@ static int write_outputs(tide_allocator *t, void *arg, char *err, size_t errcap)
     return 0;
 }
 
-static int cmd_replay(int argc, char **argv, bool plot)
-{
-    struct replay_options o = {0};
-    o.work = REPLAY_WORK_REFS;
-    o.kernel_delay_us = 20;
-    o.queue_depth = 64;
-    o.timeline_points = 256;
+/* What tidepool replay and tidepool plot were asked to do. */
+struct replay_cli {
+    bool plot;                        /* tidepool plot */
+    struct replay_options o;
     const char *confs[MAX_RUNS];
-    int nconfs = 0;
+    int nconfs;
     const char *files[MAX_RUNS];
-    int nfiles = 0;
-    bool json = false, chart = true, progress = true;
-    struct outputs out = {NULL, NULL, NULL, NULL};
+    int nfiles;
+    bool json, chart, progress;
+    struct outputs out;
+};
+
+/* Reads the command line into *cli: -1 to go on, else the exit status (0 for --help, 2 for bad usage,
+ * said on stderr). */
+static int parse_replay_args(int argc, char **argv, struct replay_cli *cli)
+{
+    bool plot = cli->plot;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -332,44 +336,44 @@ static int cmd_replay(int argc, char **argv, bool plot)
             usage(stdout);
             return 0;
         } else if (!strcmp(arg, "--json")) {
-            json = true;
+            cli->json = true;
         } else if (!strcmp(arg, "--no-chart")) {
-            chart = false;
+            cli->chart = false;
         } else if (!strcmp(arg, "--history-stacks")) {
-            o.history_flags |= TIDE_HISTORY_STACKS;
+            cli->o.history_flags |= TIDE_HISTORY_STACKS;
         } else if (!strcmp(arg, "--no-progress")) {
-            progress = false;
+            cli->progress = false;
         } else if (!strcmp(arg, "--check")) {
-            o.check_every_op = true;
+            cli->o.check_every_op = true;
         } else if (arg[0] == '-' && !val) {
             fprintf(stderr, "tidepool replay: %s needs a value\n", arg);
             return 2;
         } else if (!strcmp(arg, "--conf")) {
-            if (nconfs == MAX_RUNS) {
+            if (cli->nconfs == MAX_RUNS) {
                 fprintf(stderr, "tidepool replay: at most %d --conf\n", MAX_RUNS);
                 return 2;
             }
-            confs[nconfs++] = val;
+            cli->confs[cli->nconfs++] = val;
             i++;
         } else if (!strcmp(arg, "--passes")) {
             if (parse_count(val, &n) || n == 0 || n > 100000) {
                 fprintf(stderr, "tidepool replay: --passes takes a number from 1 to 100000, not '%s'\n", val);
                 return 2;
             }
-            o.passes = (unsigned)n;
+            cli->o.passes = (unsigned)n;
             i++;
         } else if (!strcmp(arg, "--empty-cache-every")) {
             if (parse_count(val, &n)) {
                 fprintf(stderr, "tidepool replay: --empty-cache-every takes a number of operations, not '%s'\n", val);
                 return 2;
             }
-            o.empty_cache_every = (size_t)n;
+            cli->o.empty_cache_every = (size_t)n;
             i++;
         } else if (!strcmp(arg, "--device-work")) {
             if (!strcmp(val, "refs"))
-                o.work = REPLAY_WORK_REFS;
+                cli->o.work = REPLAY_WORK_REFS;
             else if (!strcmp(val, "none"))
-                o.work = REPLAY_WORK_NONE;
+                cli->o.work = REPLAY_WORK_NONE;
             else {
                 fprintf(stderr, "tidepool replay: --device-work is 'refs' or 'none', not '%s'\n", val);
                 return 2;
@@ -380,14 +384,14 @@ static int cmd_replay(int argc, char **argv, bool plot)
                 fprintf(stderr, "tidepool replay: --kernel-delay-us takes microseconds, not '%s'\n", val);
                 return 2;
             }
-            o.kernel_delay_us = (uint32_t)n;
+            cli->o.kernel_delay_us = (uint32_t)n;
             i++;
         } else if (!strcmp(arg, "--inflight")) {
             if (parse_count(val, &n) || n == 0 || n > 1000000) {
                 fprintf(stderr, "tidepool replay: --inflight takes a number of kernels, not '%s'\n", val);
                 return 2;
             }
-            o.queue_depth = (uint32_t)n;
+            cli->o.queue_depth = (uint32_t)n;
             i++;
         } else if (!strcmp(arg, "--history")) {
             if (parse_count(val, &n) || n == 0 || n > (1ull << 26)) {
@@ -395,108 +399,125 @@ static int cmd_replay(int argc, char **argv, bool plot)
                         1ull << 26, val);
                 return 2;
             }
-            o.history_capacity = (size_t)n;
+            cli->o.history_capacity = (size_t)n;
             i++;
         } else if (!strcmp(arg, "--history-out")) {
-            out.history = val;
+            cli->out.history = val;
             i++;
         } else if (!strcmp(arg, "--snapshot-out")) {
-            out.snapshot = val;
+            cli->out.snapshot = val;
             i++;
         } else if (!strcmp(arg, "-o") && plot) {
-            out.plot = val;
+            cli->out.plot = val;
             i++;
         } else if (!strcmp(arg, "--device-memory")) {
             if (parse_bytes(val, &n)) {
                 fprintf(stderr, "tidepool replay: --device-memory takes a size like 80GiB, not '%s'\n", val);
                 return 2;
             }
-            o.device_bytes = n;
+            cli->o.device_bytes = n;
             i++;
         } else if (arg[0] == '-') {
             fprintf(stderr, "tidepool replay: unknown option %s (see tidepool replay --help)\n", arg);
             return 2;
         } else {
-            if (nfiles == MAX_RUNS) {
+            if (cli->nfiles == MAX_RUNS) {
                 fprintf(stderr, "tidepool replay: at most %d files\n", MAX_RUNS);
                 return 2;
             }
-            files[nfiles++] = arg;
+            cli->files[cli->nfiles++] = arg;
         }
     }
-    if (nfiles == 0) {
+    if (cli->nfiles == 0) {
         usage(stderr);
         return 2;
     }
-    if (plot && (!out.plot || nfiles != 1 || nconfs > 1)) {
+    if (plot && (!cli->out.plot || cli->nfiles != 1 || cli->nconfs > 1)) {
         fprintf(stderr, "tidepool plot: give one trace, at most one --conf, and -o OUT.svg\n");
         return 2;
     }
-    if ((out.history || out.snapshot || out.plot) && nfiles * (nconfs ? nconfs : 1) > 1) {
+    if ((cli->out.history || cli->out.snapshot || cli->out.plot) && cli->nfiles * (cli->nconfs ? cli->nconfs : 1) > 1) {
         fprintf(stderr, "tidepool replay: --history-out and --snapshot-out take one trace and one --conf\n");
         return 2;
     }
-    o.progress = progress && !json && isatty(STDERR_FILENO);
-    if (out.history || out.snapshot || out.plot) {
-        o.at_end = write_outputs;
-        o.at_end_arg = &out;
+    return -1;
+}
+
+/* Replays every file under every configuration, printing as asked; the exit status. */
+static int run_replays(struct replay_cli *cli)
+{
+    cli->o.progress = cli->progress && !cli->json && isatty(STDERR_FILENO);
+    if (cli->out.history || cli->out.snapshot || cli->out.plot) {
+        cli->o.at_end = write_outputs;
+        cli->o.at_end_arg = &cli->out;
     }
-    if (nconfs == 0)
-        confs[nconfs++] = NULL;
-    bool table = nfiles * nconfs > 1;
-    if (json && table)
+    if (cli->nconfs == 0)
+        cli->confs[cli->nconfs++] = NULL;
+    bool table = cli->nfiles * cli->nconfs > 1;
+    if (cli->json && table)
         printf("[\n");
     else if (table)
         print_table_header(stdout);
     int status = 0, printed = 0;
-    for (int fi = 0; fi < nfiles; fi++) {
+    for (int fi = 0; fi < cli->nfiles; fi++) {
         struct trace t;
         char err[512];
-        if (trace_load(files[fi], &t, err, sizeof err) != 0) {
+        if (trace_load(cli->files[fi], &t, err, sizeof err) != 0) {
             fprintf(stderr, "tidepool replay: %s\n", err);
             status = 1;
             continue;
         }
-        if ((out.history || out.plot) && !o.history_capacity) /* room for every event of the replay */
-            o.history_capacity = 3 * t.nops * (o.passes ? o.passes : 1) + 4096;
+        if ((cli->out.history || cli->out.plot) && !cli->o.history_capacity) /* room for every event of the replay */
+            cli->o.history_capacity = 3 * t.nops * (cli->o.passes ? cli->o.passes : 1) + 4096;
         /* A history written out or drawn is looked at, or made into a trace: every event in its place
          * matters more than the cost of recording it. */
-        if (out.history || out.plot)
-            o.history_flags |= TIDE_HISTORY_ORDERED;
-        out.title = base_name(files[fi]);
-        for (int ci = 0; ci < nconfs; ci++) {
+        if (cli->out.history || cli->out.plot)
+            cli->o.history_flags |= TIDE_HISTORY_ORDERED;
+        cli->out.title = base_name(cli->files[fi]);
+        for (int ci = 0; ci < cli->nconfs; ci++) {
             struct replay_result r;
-            o.config = confs[ci];
-            if (replay_run(&t, &o, &r, err, sizeof err) != 0) {
-                fprintf(stderr, "tidepool replay %s%s%s: %s\n", files[fi], confs[ci] ? " --conf " : "",
-                        confs[ci] ? confs[ci] : "", err);
+            cli->o.config = cli->confs[ci];
+            if (replay_run(&t, &cli->o, &r, err, sizeof err) != 0) {
+                fprintf(stderr, "tidepool replay %s%s%s: %s\n", cli->files[fi], cli->confs[ci] ? " --conf " : "",
+                        cli->confs[ci] ? cli->confs[ci] : "", err);
                 status = 1;
                 continue;
             }
-            if (plot) {
-                printf("wrote %s\n", out.plot);
-            } else if (json) {
+            if (cli->plot) {
+                printf("wrote %s\n", cli->out.plot);
+            } else if (cli->json) {
                 if (printed++)
                     printf(",\n");
-                print_json(stdout, files[fi], confs[ci], &t, &o, &r);
+                print_json(stdout, cli->files[fi], cli->confs[ci], &t, &cli->o, &r);
                 if (!table)
                     printf("\n");
             } else if (table) {
-                print_table_row(stdout, files[fi], confs[ci], &r);
+                print_table_row(stdout, cli->files[fi], cli->confs[ci], &r);
             } else {
-                print_summary(stdout, files[fi], confs[ci], &t, &o, &r, chart);
+                print_summary(stdout, cli->files[fi], cli->confs[ci], &t, &cli->o, &r, cli->chart);
             }
             if (r.reserved_after_empty_cache_bytes || r.backend_held_after_empty_cache_bytes) {
-                fprintf(stderr, "tidepool replay %s: tide_empty_cache left memory reserved\n", files[fi]);
+                fprintf(stderr, "tidepool replay %s: tide_empty_cache left memory reserved\n", cli->files[fi]);
                 status = 1;
             }
             replay_result_free(&r);
         }
         trace_free(&t);
     }
-    if (json && table)
+    if (cli->json && table)
         printf("\n]\n");
     return status;
+}
+
+static int cmd_replay(int argc, char **argv, bool plot)
+{
+    struct replay_cli cli = {.plot = plot, .chart = true, .progress = true};
+    cli.o.work = REPLAY_WORK_REFS;
+    cli.o.kernel_delay_us = 20;
+    cli.o.queue_depth = 64;
+    cli.o.timeline_points = 256;
+    int status = parse_replay_args(argc, argv, &cli);
+    return status >= 0 ? status : run_replays(&cli);
 }
 
 /* ---- tidepool stats: a statistics JSON as a table ----------------------------------------------------- */
