@@ -127,6 +127,12 @@
  *   on the same allocator. Each stream has its own lock, so threads working on different streams do not
  *   wait for each other on the fast path. One allocator serves up to TIDE_MAX_STREAMS streams (those it
  *   has allocated on); an allocation on one more fails with TIDE_EINVAL and changes nothing.
+ *   Completion callbacks (work that runs on the device's threads when it completes) may call any of
+ *   these, tide_release first of all: tidepool waits for the device (tide_destroy, tide_empty_cache,
+ *   the out-of-memory ladder) with no lock held. One exception on CUDA: releasing a segment or
+ *   unmapping a page waits for the device inside the lock that reserving and releasing share, so a
+ *   callback there should not call what reserves or releases memory (tide_empty_cache, tide_trim, a
+ *   tide_malloc that needs a new segment) nor read the whole allocator (tide_get_stats, tide_check).
  *
  * ERRORS
  *   Every call returns a tide_status. On failure, tide_last_error() returns a message for this thread

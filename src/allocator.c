@@ -247,10 +247,11 @@ tide_status tide_destroy(tide_allocator *t)
             fputs(report, stderr);
         tide_string_free(report);
     }
-    allocator_lock_all(t);
-    /* Finish every device use first: nothing may still touch memory about to be released. */
+    /* Finish every device use first: nothing may still touch memory about to be released. With no
+     * lock held: a completion callback still queued may call tide_release, which takes a heap lock. */
     const tide_backend *be = &t->backend;
     bool synced = be->synchronize(be->ctx) == TIDE_OK;
+    allocator_lock_all(t);
     int64_t live = 0, live_bytes = 0, held = 0, held_bytes = 0;
     uint32_t n = atomic_load(&t->nheaps);
     for (uint32_t i = 0; i < n; i++) {

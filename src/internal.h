@@ -421,6 +421,11 @@ tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind po
 tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report);
 tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report *report);
 tide_status pressure_set_limit(tide_allocator *t, size_t bytes);
+/* Waits for all the device's work, with no lock held (a completion callback it waits for may call
+ * tidepool); *seq: the pending sequence before it began. Then, under the pressure lock, drains every
+ * heap by it (or, if it failed, by polling). */
+tide_status device_synchronize(tide_allocator *t, uint64_t *seq);
+size_t drain_after_synchronize(tide_allocator *t, uint64_t seq, tide_status synced);
 /* Releases every segment regardless (tide_destroy), under the pressure lock. Returns the bytes the
  * backend refused to take back. */
 uint64_t pressure_release_everything(tide_allocator *t);
@@ -448,8 +453,6 @@ tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream,
 /* Locks the pressure lock and every heap, in order (tide_check, tide_destroy, stats). */
 void allocator_lock_all(tide_allocator *t);
 void allocator_unlock_all(tide_allocator *t);
-/* Synchronizes the device and drains every heap by it. Under the pressure lock, no heap lock. */
-tide_status allocator_synchronize_and_drain(tide_allocator *t, uint64_t *drained);
 /* Runs tide_check if the debug level asks for it; aborts on corruption. */
 void allocator_debug_check_now(tide_allocator *t, const char *after);
 static inline void allocator_debug_check(tide_allocator *t, int level_needed, const char *after)

@@ -218,29 +218,31 @@ static size_t poll_all(tide_allocator *t)
     return drained;
 }
 
-tide_status allocator_synchronize_and_drain(tide_allocator *t, uint64_t *drained)
+tide_status device_synchronize(tide_allocator *t, uint64_t *seq)
 {
     const tide_backend *be = &t->backend;
-    uint64_t seq = atomic_load(&t->pending_seq);
+    *seq = atomic_load(&t->pending_seq);
     tide__clear_backend_message();
     tide_status s = be->synchronize(be->ctx);
-    uint64_t n = 0;
-    if (s == TIDE_OK) {
-        t->num_sync_all_streams++;
-        for (uint32_t i = 0; i < heap_count(t); i++) {
-            struct heap *h = t->heaps[i];
-            heap_lock(h);
-            n += lifecycle_after_sync(h, seq);
-            n += lifecycle_poll(h);
-            heap_unlock(h);
-        }
-    } else {
-        s = tide__fail_with_context(s, "synchronizing the %s device", be->name);
-        n += poll_all(t);
+    if (s != TIDE_OK)
+        return tide__fail_with_context(s, "synchronizing the %s device", be->name);
+    return TIDE_OK;
+}
+
+size_t drain_after_synchronize(tide_allocator *t, uint64_t seq, tide_status synced)
+{
+    if (synced != TIDE_OK)
+        return poll_all(t);
+    t->num_sync_all_streams++;
+    size_t n = 0;
+    for (uint32_t i = 0; i < heap_count(t); i++) {
+        struct heap *h = t->heaps[i];
+        heap_lock(h);
+        n += lifecycle_after_sync(h, seq);
+        n += lifecycle_poll(h);
+        heap_unlock(h);
     }
-    if (drained)
-        *drained = n;
-    return s;
+    return n;
 }
 
 /* ---- growing --------------------------------------------------------------------------------------- */
@@ -374,9 +376,14 @@ tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind po
             release_all_cached(t, NULL);
             s = grow(t, h, pool, rounded, requested, &b);
         }
-        /* 3: wait for the device, then drain and give back again */
+        /* 3: wait for the device, then drain and give back again. The wait is made with no lock
+         * held: a completion callback it waits for may need the pressure lock (docs/design.md). */
         if (!b && s == TIDE_ENOMEM) {
-            allocator_synchronize_and_drain(t, NULL);
+            settle_and_unlock(t);
+            uint64_t seq;
+            tide_status synced = device_synchronize(t, &seq);
+            pthread_mutex_lock(&t->pressure);
+            drain_after_synchronize(t, seq, synced);
             release_all_cached(t, NULL);
             s = TIDE_OK;
             b = retry_fit(h, pool, rounded, requested, &s);
@@ -412,10 +419,10 @@ tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report)
 {
     tide_release_report r;
     memset(&r, 0, sizeof r);
+    uint64_t seq;
+    tide_status s = device_synchronize(t, &seq); /* with no lock held: see pressure_malloc, step 3 */
     pthread_mutex_lock(&t->pressure);
-    uint64_t drained = 0;
-    tide_status s = allocator_synchronize_and_drain(t, &drained);
-    r.drained_blocks = drained;
+    r.drained_blocks = drain_after_synchronize(t, seq, s);
     tide_status s2 = release_all_cached(t, &r);
     /* The program asked for its memory back: what it needs from now on sets the mark anew. Not with
      * expandable segments: there, growing past the mark unmaps free pages elsewhere, and each unmap
