@@ -409,7 +409,8 @@ typedef struct tide_stats {
     /* Settings and the device, now. */
     uint64_t limit_bytes;
     uint64_t gc_threshold_bytes;   /* 0 if off */
-    uint64_t device_total_bytes;
+    uint64_t device_total_bytes;   /* as the backend reports it, up to 2^62 (4 EiB): a larger report
+                                      counts as that much, so that no size computation can wrap */
     uint64_t num_streams;          /* streams that have allocated */
 } tide_stats;
 

@@ -219,9 +219,9 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
     if (!t->backend.name)
         t->backend.name = "(unnamed)";
     t->conf = conf;
-    t->device_total = dev_total;
+    t->device_total = dev_total < TIDE_MAX_DEVICE_BYTES ? dev_total : TIDE_MAX_DEVICE_BYTES;
     t->guard = conf.guard ? TIDE_GUARD_BYTES : 0;
-    t->limit = limit_from_config(&conf, dev_total);
+    t->limit = limit_from_config(&conf, t->device_total);
     t->gc_threshold = conf.gc_threshold > 0 ? (size_t)((double)t->limit * conf.gc_threshold) : 0;
     t->id = atomic_fetch_add(&next_allocator_id, 1);
     if ((s = segment_map_init(&t->segmap)) != TIDE_OK) {

@@ -99,6 +99,47 @@ static void test_sizes_zero_and_too_large(void)
     scene_close(&s);
 }
 
+/* On a device that reports UINT64_MAX bytes, sizes near SIZE_MAX: no size computation may wrap (a
+ * wrapped rounding once made a tiny block, and the next allocation got the same address). Each is
+ * refused with TIDE_ENOMEM (with expandable segments, the whole device's 2^62 bytes may instead be
+ * TIDE_EDEVICE: no host can reserve an address range that large) and changes nothing; allocations
+ * after them are whole and apart. */
+static void test_sizes_near_size_max_on_a_huge_device(void)
+{
+    static const char *const confs[] = {"", "guard:True", "expandable_segments:True", "limit:100%",
+                                        "garbage_collection_threshold:0.5"};
+    const size_t sizes[] = {SIZE_MAX, SIZE_MAX - 1, SIZE_MAX - 511, SIZE_MAX - 512, SIZE_MAX - MIB,
+                            SIZE_MAX - 2 * MIB + 1, SIZE_MAX / 2 + 1, (size_t)1 << 62, ((size_t)1 << 62) + 1};
+    for (size_t c = 0; c < sizeof confs / sizeof confs[0]; c++) {
+        struct fixture f;
+        fixture_open(&f, UINT64_MAX, confs[c]);
+        void *a, *b;
+        CHECK_OK(tide_malloc(f.t, MIB, 0, &a));
+        tide_stats before = stats_of(f.t);
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            void *p = (void *)1;
+            tide_status st = tide_malloc(f.t, sizes[i], 0, &p);
+            int refused = st == TIDE_ENOMEM || (st == TIDE_EDEVICE && c == 2 && sizes[i] == (size_t)1 << 62);
+            if (!refused || p != NULL)
+                fprintf(stderr, "  %s: tide_malloc(%zu) gave %s, %p\n", confs[c], sizes[i], tide_status_name(st), p);
+            CHECK(refused && p == NULL);
+            tide_stats now = stats_of(f.t);
+            CHECK(now.allocated_bytes[TIDE_POOL_ALL].current == before.allocated_bytes[TIDE_POOL_ALL].current);
+            CHECK(now.allocation[TIDE_POOL_ALL].current == 1);
+            CHECK_OK(tide_check(f.t));
+        }
+        CHECK_OK(tide_malloc(f.t, MIB, 0, &b));
+        CHECK(b != a && ((uintptr_t)b >= (uintptr_t)a + MIB || (uintptr_t)b + MIB <= (uintptr_t)a));
+        CHECK_OK(tide_check(f.t));
+        /* The limit and fractions of it stay representable. */
+        CHECK_OK(tide_set_limit_fraction(f.t, 1.0));
+        CHECK_OK(tide_set_limit(f.t, SIZE_MAX));
+        CHECK_OK(tide_free(f.t, a));
+        CHECK_OK(tide_free(f.t, b));
+        fixture_close(&f);
+    }
+}
+
 static void test_references_misused(void)
 {
     struct scene s;
@@ -288,6 +329,7 @@ int main(void)
     RUN(test_free_of_pointer_not_ours);
     RUN(test_free_of_interior_pointer);
     RUN(test_sizes_zero_and_too_large);
+    RUN(test_sizes_near_size_max_on_a_huge_device);
     RUN(test_references_misused);
     RUN(test_null_arguments_and_bad_settings);
     RUN(test_malformed_config_refuses_to_create);

@@ -664,6 +664,8 @@ static tide_status sim_verify(void *ctx, uintptr_t addr, size_t size, uint8_t va
 
 /* ---- virtual memory ---------------------------------------------------------------------------------- */
 
+#define SIM_MAX_RANGE ((size_t)4 << 40)
+
 static tide_status sim_va_reserve(void *ctx, size_t size, uintptr_t *out)
 {
     tide_sim *sim = ctx;
@@ -672,6 +674,13 @@ static tide_status sim_va_reserve(void *ctx, size_t size, uintptr_t *out)
     if (size == 0 || size % SIM_PAGE_SIZE) {
         tide_backend_error("sim: va_reserve of %zu bytes, not a multiple of the page size", size);
         return TIDE_EINVAL;
+    }
+    /* Each page has an entry in the range's table: past 4 TiB (16 MiB of table) no simulated range is
+     * worth it, and far past it no host has the address space. */
+    if (size > SIM_MAX_RANGE) {
+        tide_backend_error("sim: an address range of %zu bytes is more than the simulated device reserves "
+                           "at once (4 TiB)", size);
+        return TIDE_ENOMEM;
     }
     uint64_t *ids = calloc(size / SIM_PAGE_SIZE, sizeof *ids);
     /* Inaccessible until mapped; over-reserved by a page so that it can be aligned to one. */
