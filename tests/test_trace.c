@@ -46,12 +46,34 @@ static void test_tidepool_format(void)
     struct trace t;
     char err[256];
     CHECK(trace_load(path, &t, err, sizeof err) == 0);
-    CHECK(t.nops == 5 && t.nallocs == 3 && t.nfrees == 2 && t.nstreams == 3);
+    CHECK(t.nops == 5 && t.nallocs == 3 && t.nfrees == 2 && t.nstreams == 2);
     CHECK(strcmp(t.format, "tidepool") == 0);
     CHECK(t.ops[0].kind == TRACE_ALLOC && t.ops[0].id == 0 && t.ops[0].size == 1024);
     CHECK(t.ops[2].kind == TRACE_FREE && t.ops[2].id == 0); /* ids are made dense */
-    CHECK(t.ops[4].id == 1 && t.ops[4].stream == 2);
+    CHECK(t.ops[4].id == 1 && t.ops[4].stream == 1); /* and streams, in order of appearance */
     trace_free(&t);
+}
+
+/* A stream's number is a name: the replay makes one simulated stream per stream the trace uses, so a
+ * trace naming stream 60000 needs two (the tool once made 60001 threads, a minute's work, and then
+ * failed), and one naming more than an allocator serves is refused at the line that does. */
+static void test_stream_numbers_are_names(void)
+{
+    const char *path = write_file("sparse.csv", "op,id,size,stream\na,1,4096,60000\na,2,4096,7\n"
+                                                "f,1,4096,60000\na,3,512,0\nf,2,4096,7\n");
+    struct trace t;
+    char err[256];
+    CHECK(trace_load(path, &t, err, sizeof err) == 0);
+    CHECK(t.nstreams == 3);
+    CHECK(t.ops[0].stream == 1 && t.ops[1].stream == 2 && t.ops[2].stream == 1 && t.ops[3].stream == 0);
+    trace_free(&t);
+    size_t cap = 64 * 1100, n = 0;
+    char *text = malloc(cap);
+    n += (size_t)snprintf(text + n, cap - n, "op,id,size,stream\n");
+    for (int i = 1; i <= 1024; i++)
+        n += (size_t)snprintf(text + n, cap - n, "a,%d,512,%d\n", i, 5 * i);
+    expect_error("streams.csv", text, "1025: stream 5120: the trace names more than 1023 streams");
+    free(text);
 }
 
 /* "e,0,0,0": the program called empty_cache there; kept in order between the allocations. */
@@ -140,6 +162,7 @@ int main(void)
     }
     RUN(test_tidepool_format);
     RUN(test_empty_cache_lines);
+    RUN(test_stream_numbers_are_names);
     RUN(test_rmm_format);
     RUN(test_gzip);
     RUN(test_malformed_input);

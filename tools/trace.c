@@ -4,6 +4,8 @@
  */
 #include "trace.h"
 
+#include "tidepool.h" /* TIDE_MAX_STREAMS */
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -262,10 +264,39 @@ static int push(struct reader *r, struct trace *t, struct trace_op op)
     return 0;
 }
 
+/* A trace's streams, numbered densely in order of appearance (0, the default stream, stays 0): the
+ * replay makes one simulated stream for each, and no more than one allocator serves. */
+struct stream_ids {
+    struct key_map map;
+    uint32_t next;
+};
+
+static int dense_stream(struct reader *r, struct stream_ids *s, uint64_t handle, const char *text,
+                        uint32_t *out)
+{
+    *out = 0;
+    if (handle == 0)
+        return 0;
+    uint32_t id = key_get(&s->map, handle);
+    if (id == UINT32_MAX) {
+        if (s->next == 0)
+            s->next = 1;
+        if (s->next >= TIDE_MAX_STREAMS)
+            return fail(r, "stream %s: the trace names more than %d streams besides the default one, "
+                        "and one allocator serves at most %d", text, TIDE_MAX_STREAMS - 1, TIDE_MAX_STREAMS);
+        id = s->next++;
+        if (!key_put(&s->map, handle, id))
+            return fail(r, "out of memory");
+    }
+    *out = id;
+    return 0;
+}
+
 /* op,id,size,stream */
 static int read_tidepool(struct reader *r, struct trace *t, struct key_map *ids)
 {
     struct key_map live = {0};
+    struct stream_ids streams = {{0}, 0};
     int rc = 0;
     for (char *line; (line = next_line(r));) {
         if (!*line || *line == '#')
@@ -276,7 +307,7 @@ static int read_tidepool(struct reader *r, struct trace *t, struct key_map *ids)
             rc = fail(r, "expected 4 fields (op,id,size,stream), found %d", n);
             break;
         }
-        uint64_t id, size, stream;
+        uint64_t id, size, stream_number;
         if (!parse_u64(f[1], 10, &id)) {
             rc = fail(r, "id '%s' is not a whole number", f[1]);
             break;
@@ -285,10 +316,13 @@ static int read_tidepool(struct reader *r, struct trace *t, struct key_map *ids)
             rc = fail(r, "size '%s' is not a whole number", f[2]);
             break;
         }
-        if (!parse_u64(f[3], 10, &stream) || stream >= UINT32_MAX) {
-            rc = fail(r, "stream '%s' is not a small whole number", f[3]);
+        uint32_t stream;
+        if (!parse_u64(f[3], 10, &stream_number)) {
+            rc = fail(r, "stream '%s' is not a whole number", f[3]);
             break;
         }
+        if ((rc = dense_stream(r, &streams, stream_number, f[3], &stream)))
+            break;
         if (strcmp(f[0], "a") == 0) {
             if (size == 0) {
                 rc = fail(r, "allocation %llu has size 0", (unsigned long long)id);
@@ -303,7 +337,7 @@ static int read_tidepool(struct reader *r, struct trace *t, struct key_map *ids)
                 rc = fail(r, "out of memory");
                 break;
             }
-            if ((rc = push(r, t, (struct trace_op){TRACE_ALLOC, (uint32_t)stream, dense, size})))
+            if ((rc = push(r, t, (struct trace_op){TRACE_ALLOC, stream, dense, size})))
                 break;
         } else if (strcmp(f[0], "f") == 0) {
             uint32_t dense = key_get(&live, id);
@@ -314,7 +348,7 @@ static int read_tidepool(struct reader *r, struct trace *t, struct key_map *ids)
             }
             key_remove(&live, id);
             t->nfrees++;
-            if ((rc = push(r, t, (struct trace_op){TRACE_FREE, (uint32_t)stream, dense, size})))
+            if ((rc = push(r, t, (struct trace_op){TRACE_FREE, stream, dense, size})))
                 break;
         } else if (strcmp(f[0], "e") == 0) {
             if (id || size) {
@@ -323,7 +357,7 @@ static int read_tidepool(struct reader *r, struct trace *t, struct key_map *ids)
                 break;
             }
             t->nempty_caches++;
-            if ((rc = push(r, t, (struct trace_op){TRACE_EMPTY_CACHE, (uint32_t)stream, 0, 0})))
+            if ((rc = push(r, t, (struct trace_op){TRACE_EMPTY_CACHE, stream, 0, 0})))
                 break;
         } else {
             rc = fail(r, "op '%s' is none of 'a' (allocate), 'f' (free), 'e' (empty_cache)", f[0]);
@@ -331,14 +365,14 @@ static int read_tidepool(struct reader *r, struct trace *t, struct key_map *ids)
         }
     }
     key_map_free(&live);
+    key_map_free(&streams.map);
     return rc;
 }
 
 /* Thread,Time,Action,Pointer,Size,Stream */
 static int read_rmm(struct reader *r, struct trace *t, struct key_map *ids)
 {
-    struct key_map streams = {0};
-    uint32_t next_stream = 1;
+    struct stream_ids streams = {{0}, 0};
     int rc = 0;
     for (char *line; (line = next_line(r));) {
         if (!*line)
@@ -362,17 +396,9 @@ static int read_rmm(struct reader *r, struct trace *t, struct key_map *ids)
             rc = fail(r, "stream '%s' is not a hexadecimal number", f[5]);
             break;
         }
-        uint32_t stream = 0;
-        if (stream_handle) {
-            stream = key_get(&streams, stream_handle);
-            if (stream == UINT32_MAX) {
-                stream = next_stream++;
-                if (!key_put(&streams, stream_handle, stream)) {
-                    rc = fail(r, "out of memory");
-                    break;
-                }
-            }
-        }
+        uint32_t stream;
+        if ((rc = dense_stream(r, &streams, stream_handle, f[5], &stream)))
+            break;
         if (strcmp(f[2], "allocate") == 0) {
             if (size == 0)
                 continue; /* RMM logs zero-byte allocations; there is nothing to replay */
@@ -402,7 +428,7 @@ static int read_rmm(struct reader *r, struct trace *t, struct key_map *ids)
             break;
         }
     }
-    key_map_free(&streams);
+    key_map_free(&streams.map);
     return rc;
 }
 
