@@ -300,6 +300,17 @@ typedef struct tide_config_key {
 } tide_config_key;
 TIDE_API const tide_config_key *tide_config_key_at(size_t index);
 
+/* Checks a configuration string (see CONFIGURATION) without creating anything: TIDE_OK, or
+ * TIDE_EINVAL with the message tide_create would give, naming the string as origin (NULL: "config").
+ * TIDEPOOL_CONF is not read. */
+TIDE_API tide_status tide_config_check(const char *config, const char *origin);
+
+/* Parses a size as the configuration takes it: bytes with an optional unit, B, K/KiB, M/MiB, G/GiB,
+ * T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000): "8GiB", "1.5MiB", "512MB", "4096". It
+ * must be a whole number of bytes below 2^64, with nothing else in the text (no sign, no space before
+ * it, no exponent). TIDE_EINVAL with a message otherwise, and *out is left alone. */
+TIDE_API tide_status tide_parse_size(const char *text, uint64_t *out);
+
 /* Synchronizes the device, releases every segment to the backend, and frees the allocator. Returns
  * TIDE_EBUSY (after freeing everything anyway) if allocations were still live or blocks still
  * referenced: the message says how many and how large. Returns TIDE_EDEVICE if the device failed to

@@ -695,8 +695,7 @@ tide_status tide_stats_json(tide_allocator *t, char *buf, size_t cap, size_t *le
     CHECK_ALLOCATOR(t);
     if (!buf && cap)
         return tide__fail(TIDE_EINVAL, "tide_stats_json: buf is NULL but cap is %zu", cap);
-    tide_stats s;
-    s.struct_size = sizeof s;
+    tide_stats s = {.struct_size = sizeof s};
     tide_get_stats(t, &s);
     size_t need = stats_to_json(&s, buf, cap);
     if (len)

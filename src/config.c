@@ -37,6 +37,9 @@ static bool parse_double(const char *s, size_t len, double *out)
     tmp[len] = '\0';
     if (!isdigit((unsigned char)tmp[0]) && tmp[0] != '.')
         return false;
+    /* Decimal only: strtod would also read hexadecimal ("0x1p-1"), which no one means here. */
+    if (strspn(tmp, "0123456789.eE+-") != len)
+        return false;
     char *end;
     errno = 0;
     double v = strtod(tmp, &end);
@@ -179,17 +182,26 @@ const tide_config_key *tide_config_key_at(size_t index)
     return index < KEY_COUNT ? &keys[index].doc : NULL;
 }
 
+/* Values reach their fields by offset through memcpy, which is defined for any field type. */
+static void store(struct tide_config *c, size_t field, const void *value, size_t size)
+{
+    memcpy((char *)c + field, value, size);
+}
+
 void config_defaults(struct tide_config *c)
 {
     memset(c, 0, sizeof *c);
     for (size_t i = 0; i < KEY_COUNT; i++) {
-        char *field = (char *)c + keys[i].field;
+        size_t field = keys[i].field;
         double d = keys[i].default_value;
+        bool b = d != 0;
+        int level = (int)d;
+        size_t mib = d >= (double)SIZE_MAX ? SIZE_MAX : (size_t)d;
         switch (keys[i].kind) {
-        case KEY_BOOL: *(bool *)field = d != 0; break;
-        case KEY_LEVEL: *(int *)field = (int)d; break;
-        case KEY_FRACTION: *(double *)field = d; break;
-        case KEY_MIB: *(size_t *)field = d >= (double)SIZE_MAX ? SIZE_MAX : (size_t)d; break;
+        case KEY_BOOL: store(c, field, &b, sizeof b); break;
+        case KEY_LEVEL: store(c, field, &level, sizeof level); break;
+        case KEY_FRACTION: store(c, field, &d, sizeof d); break;
+        case KEY_MIB: store(c, field, &mib, sizeof mib); break;
         case KEY_LIMIT: break; /* unset: the device's memory, decided at tide_create */
         }
     }
@@ -226,26 +238,33 @@ static tide_status apply_limit(struct tide_config *c, const char *origin, const 
 static tide_status apply(struct tide_config *c, const char *origin, const struct config_key *key,
                          const char *v, size_t vlen)
 {
-    char *field = (char *)c + key->field;
     double f;
     uint64_t n;
+    bool b;
+    int level;
+    size_t bytes;
     switch (key->kind) {
     case KEY_BOOL:
-        return parse_bool(v, vlen, (bool *)field) ? TIDE_OK : bad_value(origin, key, v, vlen);
+        if (!parse_bool(v, vlen, &b))
+            return bad_value(origin, key, v, vlen);
+        store(c, key->field, &b, sizeof b);
+        return TIDE_OK;
     case KEY_LEVEL:
         if (!parse_uint(v, vlen, &n) || (double)n < key->lo || (double)n > key->hi)
             return bad_value(origin, key, v, vlen);
-        *(int *)field = (int)n;
+        level = (int)n;
+        store(c, key->field, &level, sizeof level);
         return TIDE_OK;
     case KEY_FRACTION:
         if (!parse_double(v, vlen, &f) || !(f > key->lo && f < key->hi))
             return bad_value(origin, key, v, vlen);
-        *(double *)field = f;
+        store(c, key->field, &f, sizeof f);
         return TIDE_OK;
     case KEY_MIB:
         if (!parse_uint(v, vlen, &n) || (double)n < key->lo || (double)n > key->hi || n > SIZE_MAX / MiB)
             return bad_value(origin, key, v, vlen);
-        *(size_t *)field = (size_t)n * MiB;
+        bytes = (size_t)n * MiB;
+        store(c, key->field, &bytes, sizeof bytes);
         return TIDE_OK;
     case KEY_LIMIT:
         return apply_limit(c, origin, key, v, vlen);
@@ -319,4 +338,23 @@ tide_status config_load(struct tide_config *c, const char *text, const char *ori
     config_defaults(c);
     tide_status s = config_parse(c, getenv("TIDEPOOL_CONF"), "TIDEPOOL_CONF");
     return s == TIDE_OK ? config_parse(c, text, origin) : s;
+}
+
+tide_status tide_parse_size(const char *text, uint64_t *out)
+{
+    uint64_t v;
+    if (!text || !out)
+        return tide__fail(TIDE_EINVAL, "tide_parse_size: %s is NULL", text ? "out" : "the text");
+    if (!parse_size(text, strlen(text), &v))
+        return tide__fail(TIDE_EINVAL, "'%s' is not a size: expected a whole number of bytes with an "
+                          "optional unit, such as 4096, 512MB, 1.5MiB or 80GiB", text);
+    *out = v;
+    return TIDE_OK;
+}
+
+tide_status tide_config_check(const char *config, const char *origin)
+{
+    struct tide_config c;
+    config_defaults(&c);
+    return config_parse(&c, config, origin ? origin : "config");
 }

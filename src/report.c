@@ -16,8 +16,7 @@ static const char *state_name(uint8_t state)
 
 void report_snapshot_locked(tide_allocator *t, struct text *x)
 {
-    tide_stats s;
-    s.struct_size = sizeof s;
+    tide_stats s = {.struct_size = sizeof s};
     stats_collect_locked(t, &s);
     size_t need = stats_to_json(&s, NULL, 0);
     char *stats = malloc(need + 1);

@@ -281,7 +281,7 @@ int replay_run(const struct trace *t, const struct replay_options *o, struct rep
         }
     tide_backend be = tide_sim_backend(x.sim);
     if (tide_create(&be, o->config, &x.t) != TIDE_OK) {
-        failed(&x, "tide_create");
+        snprintf(x.err, x.errcap, "%s", tide_last_error()); /* it names tide_create already */
         goto out;
     }
     if (o->history_capacity && tide_history_start(x.t, o->history_capacity, o->history_flags) != TIDE_OK) {
@@ -296,8 +296,7 @@ int replay_run(const struct trace *t, const struct replay_options *o, struct rep
     tide_release_report rep;
     if (empty_cache_now(&x, &rep) != 0)
         goto out;
-    tide_stats s;
-    s.struct_size = sizeof s;
+    tide_stats s = {.struct_size = sizeof s};
     tide_get_stats(x.t, &s);
     tide_sim_counters c;
     tide_sim_get_counters(x.sim, &c);

@@ -10,6 +10,7 @@
 #include "tidepool.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,34 +59,31 @@ static void usage(FILE *f)
           f);
 }
 
+/* A whole number written in decimal digits alone (no sign, no space, no exponent) that fits 64 bits. */
 static int parse_count(const char *s, unsigned long long *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || *s == '-')
+    unsigned long long v = 0;
+    if (!*s)
         return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (ULLONG_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
     *out = v;
     return 0;
 }
 
+/* A size as the configuration takes it ("80GiB", "512MB", "4096"), more than 0. */
 static int parse_bytes(const char *s, unsigned long long *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v <= 0)
+    uint64_t v;
+    if (tide_parse_size(s, &v) != TIDE_OK || v == 0)
         return -1;
-    double mult = 1;
-    if (!strcmp(end, "GiB") || !strcmp(end, "G"))
-        mult = 1024.0 * 1024 * 1024;
-    else if (!strcmp(end, "MiB") || !strcmp(end, "M"))
-        mult = 1024.0 * 1024;
-    else if (!strcmp(end, "KiB") || !strcmp(end, "K"))
-        mult = 1024.0;
-    else if (*end && strcmp(end, "B"))
-        return -1;
-    *out = (unsigned long long)(v * mult);
+    *out = v;
     return 0;
 }
 
@@ -314,6 +312,7 @@ static int write_outputs(tide_allocator *t, void *arg, char *err, size_t errcap)
 /* What tidepool replay and tidepool plot were asked to do. */
 struct replay_cli {
     bool plot;                        /* tidepool plot */
+    const char *name;                 /* "tidepool replay" or "tidepool plot", for messages */
     struct replay_options o;
     const char *confs[MAX_RUNS];
     int nconfs;
@@ -346,25 +345,29 @@ static int parse_replay_args(int argc, char **argv, struct replay_cli *cli)
         } else if (!strcmp(arg, "--check")) {
             cli->o.check_every_op = true;
         } else if (arg[0] == '-' && !val) {
-            fprintf(stderr, "tidepool replay: %s needs a value\n", arg);
+            fprintf(stderr, "%s: %s needs a value\n", cli->name, arg);
             return 2;
         } else if (!strcmp(arg, "--conf")) {
             if (cli->nconfs == MAX_RUNS) {
-                fprintf(stderr, "tidepool replay: at most %d --conf\n", MAX_RUNS);
+                fprintf(stderr, "%s: at most %d --conf\n", cli->name, MAX_RUNS);
+                return 2;
+            }
+            if (tide_config_check(val, "--conf") != TIDE_OK) {
+                fprintf(stderr, "%s: %s\n", cli->name, tide_last_error());
                 return 2;
             }
             cli->confs[cli->nconfs++] = val;
             i++;
         } else if (!strcmp(arg, "--passes")) {
             if (parse_count(val, &n) || n == 0 || n > 100000) {
-                fprintf(stderr, "tidepool replay: --passes takes a number from 1 to 100000, not '%s'\n", val);
+                fprintf(stderr, "%s: --passes takes a number from 1 to 100000, not '%s'\n", cli->name, val);
                 return 2;
             }
             cli->o.passes = (unsigned)n;
             i++;
         } else if (!strcmp(arg, "--empty-cache-every")) {
             if (parse_count(val, &n)) {
-                fprintf(stderr, "tidepool replay: --empty-cache-every takes a number of operations, not '%s'\n", val);
+                fprintf(stderr, "%s: --empty-cache-every takes a number of operations, not '%s'\n", cli->name, val);
                 return 2;
             }
             cli->o.empty_cache_every = (size_t)n;
@@ -375,27 +378,27 @@ static int parse_replay_args(int argc, char **argv, struct replay_cli *cli)
             else if (!strcmp(val, "none"))
                 cli->o.work = REPLAY_WORK_NONE;
             else {
-                fprintf(stderr, "tidepool replay: --device-work is 'refs' or 'none', not '%s'\n", val);
+                fprintf(stderr, "%s: --device-work is 'refs' or 'none', not '%s'\n", cli->name, val);
                 return 2;
             }
             i++;
         } else if (!strcmp(arg, "--kernel-delay-us")) {
             if (parse_count(val, &n) || n > 10000000) {
-                fprintf(stderr, "tidepool replay: --kernel-delay-us takes microseconds, not '%s'\n", val);
+                fprintf(stderr, "%s: --kernel-delay-us takes microseconds, not '%s'\n", cli->name, val);
                 return 2;
             }
             cli->o.kernel_delay_us = (uint32_t)n;
             i++;
         } else if (!strcmp(arg, "--inflight")) {
             if (parse_count(val, &n) || n == 0 || n > 1000000) {
-                fprintf(stderr, "tidepool replay: --inflight takes a number of kernels, not '%s'\n", val);
+                fprintf(stderr, "%s: --inflight takes a number of kernels, not '%s'\n", cli->name, val);
                 return 2;
             }
             cli->o.queue_depth = (uint32_t)n;
             i++;
         } else if (!strcmp(arg, "--history")) {
             if (parse_count(val, &n) || n == 0 || n > (1ull << 26)) {
-                fprintf(stderr, "tidepool replay: --history takes a number of events from 1 to %llu, not '%s'\n",
+                fprintf(stderr, "%s: --history takes a number of events from 1 to %llu, not '%s'\n", cli->name,
                         1ull << 26, val);
                 return 2;
             }
@@ -412,17 +415,17 @@ static int parse_replay_args(int argc, char **argv, struct replay_cli *cli)
             i++;
         } else if (!strcmp(arg, "--device-memory")) {
             if (parse_bytes(val, &n)) {
-                fprintf(stderr, "tidepool replay: --device-memory takes a size like 80GiB, not '%s'\n", val);
+                fprintf(stderr, "%s: --device-memory takes a size like 80GiB, not '%s'\n", cli->name, val);
                 return 2;
             }
             cli->o.device_bytes = n;
             i++;
         } else if (arg[0] == '-') {
-            fprintf(stderr, "tidepool replay: unknown option %s (see tidepool replay --help)\n", arg);
+            fprintf(stderr, "%s: unknown option %s (see %s --help)\n", cli->name, arg, cli->name);
             return 2;
         } else {
             if (cli->nfiles == MAX_RUNS) {
-                fprintf(stderr, "tidepool replay: at most %d files\n", MAX_RUNS);
+                fprintf(stderr, "%s: at most %d files\n", cli->name, MAX_RUNS);
                 return 2;
             }
             cli->files[cli->nfiles++] = arg;
@@ -433,11 +436,11 @@ static int parse_replay_args(int argc, char **argv, struct replay_cli *cli)
         return 2;
     }
     if (plot && (!cli->out.plot || cli->nfiles != 1 || cli->nconfs > 1)) {
-        fprintf(stderr, "tidepool plot: give one trace, at most one --conf, and -o OUT.svg\n");
+        fprintf(stderr, "%s: give one trace, at most one --conf, and -o OUT.svg\n", cli->name);
         return 2;
     }
     if ((cli->out.history || cli->out.snapshot || cli->out.plot) && cli->nfiles * (cli->nconfs ? cli->nconfs : 1) > 1) {
-        fprintf(stderr, "tidepool replay: --history-out and --snapshot-out take one trace and one --conf\n");
+        fprintf(stderr, "%s: --history-out and --snapshot-out take one trace and one --conf\n", cli->name);
         return 2;
     }
     return -1;
@@ -463,7 +466,7 @@ static int run_replays(struct replay_cli *cli)
         struct trace t;
         char err[512];
         if (trace_load(cli->files[fi], &t, err, sizeof err) != 0) {
-            fprintf(stderr, "tidepool replay: %s\n", err);
+            fprintf(stderr, "%s: %s\n", cli->name, err);
             status = 1;
             continue;
         }
@@ -478,7 +481,7 @@ static int run_replays(struct replay_cli *cli)
             struct replay_result r;
             cli->o.config = cli->confs[ci];
             if (replay_run(&t, &cli->o, &r, err, sizeof err) != 0) {
-                fprintf(stderr, "tidepool replay %s%s%s: %s\n", cli->files[fi], cli->confs[ci] ? " --conf " : "",
+                fprintf(stderr, "%s %s%s%s: %s\n", cli->name, cli->files[fi], cli->confs[ci] ? " --conf " : "",
                         cli->confs[ci] ? cli->confs[ci] : "", err);
                 status = 1;
                 continue;
@@ -497,7 +500,7 @@ static int run_replays(struct replay_cli *cli)
                 print_summary(stdout, cli->files[fi], cli->confs[ci], &t, &cli->o, &r, cli->chart);
             }
             if (r.reserved_after_empty_cache_bytes || r.backend_held_after_empty_cache_bytes) {
-                fprintf(stderr, "tidepool replay %s: tide_empty_cache left memory reserved\n", cli->files[fi]);
+                fprintf(stderr, "%s %s: tide_empty_cache left memory reserved\n", cli->name, cli->files[fi]);
                 status = 1;
             }
             replay_result_free(&r);
@@ -511,7 +514,8 @@ static int run_replays(struct replay_cli *cli)
 
 static int cmd_replay(int argc, char **argv, bool plot)
 {
-    struct replay_cli cli = {.plot = plot, .chart = true, .progress = true};
+    struct replay_cli cli = {.plot = plot, .name = plot ? "tidepool plot" : "tidepool replay", .chart = true,
+                             .progress = true};
     cli.o.work = REPLAY_WORK_REFS;
     cli.o.kernel_delay_us = 20;
     cli.o.queue_depth = 64;
@@ -529,30 +533,80 @@ struct stat_entry {
     double value;
 };
 
-/* Reads {"key": number, ...}; returns the count, or -1 with a message naming the byte offset. */
+static void skip_space(const char **p)
+{
+    while (**p == ' ' || **p == '\n' || **p == '\r' || **p == '\t')
+        (*p)++;
+}
+
+/* A JSON number (RFC 8259: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?) at *p, finite and within
+ * what a statistic can be (an int64_t or a uint64_t); *p moves past it. */
+static bool json_number(const char **p, double *out)
+{
+    const char *s = *p, *q = s;
+    if (*q == '-')
+        q++;
+    if (*q == '0')
+        q++;
+    else if (*q >= '1' && *q <= '9')
+        while (*q >= '0' && *q <= '9')
+            q++;
+    else
+        return false;
+    if (*q == '.') {
+        if (!(*++q >= '0' && *q <= '9'))
+            return false;
+        while (*q >= '0' && *q <= '9')
+            q++;
+    }
+    if (*q == 'e' || *q == 'E') {
+        q++;
+        if (*q == '+' || *q == '-')
+            q++;
+        if (!(*q >= '0' && *q <= '9'))
+            return false;
+        while (*q >= '0' && *q <= '9')
+            q++;
+    }
+    char buf[64];
+    if ((size_t)(q - s) >= sizeof buf)
+        return false;
+    memcpy(buf, s, (size_t)(q - s));
+    buf[q - s] = '\0';
+    double v = strtod(buf, NULL);
+    if (!(v >= -9223372036854775808.0 && v < 18446744073709551616.0)) /* NaN fails too */
+        return false;
+    *out = v;
+    *p = q;
+    return true;
+}
+
+/* Reads {"key": number, ...} strictly; returns the count, or -1 with a message naming the byte offset. */
 static int read_flat_json(const char *text, struct stat_entry *out, int cap, char *err, size_t errcap)
 {
     const char *p = text;
     int n = 0;
-    while (*p && *p != '{')
-        p++;
+    skip_space(&p);
     if (*p != '{') {
-        snprintf(err, errcap, "no JSON object found");
+        snprintf(err, errcap, "at byte %ld: expected a JSON object ({)", (long)(p - text));
         return -1;
     }
     p++;
+    skip_space(&p);
+    if (*p == '}')
+        return 0;
     for (;;) {
-        while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t' || *p == ',')
-            p++;
-        if (*p == '}')
-            return n;
+        skip_space(&p);
         if (*p != '"') {
-            snprintf(err, errcap, "at byte %ld: expected a \"key\" or }", (long)(p - text));
+            snprintf(err, errcap, "at byte %ld: expected a \"key\"", (long)(p - text));
             return -1;
         }
-        const char *end = strchr(p + 1, '"');
-        if (!end || end - p - 1 >= (long)sizeof out->key) {
-            snprintf(err, errcap, "at byte %ld: a key that does not end, or is too long", (long)(p - text));
+        const char *end = p + 1;
+        while (*end && *end != '"' && *end != '\\')
+            end++;
+        if (*end != '"' || end - p - 1 >= (long)sizeof out->key) {
+            snprintf(err, errcap, "at byte %ld: a key that does not end, holds an escape, or is too long",
+                     (long)(p - text));
             return -1;
         }
         if (n == cap) {
@@ -562,22 +616,75 @@ static int read_flat_json(const char *text, struct stat_entry *out, int cap, cha
         memcpy(out[n].key, p + 1, (size_t)(end - p - 1));
         out[n].key[end - p - 1] = '\0';
         p = end + 1;
-        while (*p == ' ')
-            p++;
+        skip_space(&p);
         if (*p != ':') {
             snprintf(err, errcap, "at byte %ld: expected ':' after \"%s\"", (long)(p - text), out[n].key);
             return -1;
         }
-        char *num_end;
-        out[n].value = strtod(p + 1, &num_end);
-        if (num_end == p + 1) {
-            snprintf(err, errcap, "at byte %ld: the value of \"%s\" is not a number", (long)(p + 1 - text),
-                     out[n].key);
+        p++;
+        skip_space(&p);
+        if (!json_number(&p, &out[n].value)) {
+            snprintf(err, errcap, "at byte %ld: the value of \"%s\" is not a number a statistic can have "
+                     "(a finite JSON number within 64 bits)", (long)(p - text), out[n].key);
             return -1;
         }
-        p = num_end;
         n++;
+        skip_space(&p);
+        if (*p == '}')
+            return n;
+        if (*p != ',') {
+            snprintf(err, errcap, "at byte %ld: expected ',' or '}' after the value of \"%s\"",
+                     (long)(p - text), out[n - 1].key);
+            return -1;
+        }
+        p++;
     }
+}
+
+/* The whole of a file as a NUL-terminated text (up to max bytes), or NULL with a message. */
+static char *read_whole_file(const char *path, size_t max, char *err, size_t errcap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errcap, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t len = 0, cap = 1 << 16;
+    char *text = malloc(cap);
+    for (;;) {
+        if (!text) {
+            snprintf(err, errcap, "out of memory reading %s", path);
+            break;
+        }
+        len += fread(text + len, 1, cap - 1 - len, f);
+        if (ferror(f)) {
+            snprintf(err, errcap, "cannot read %s: %s", path, errno == EISDIR ? "it is a directory"
+                                                                               : strerror(errno));
+            break;
+        }
+        if (feof(f)) {
+            fclose(f);
+            text[len] = '\0';
+            if (strlen(text) != len) {
+                snprintf(err, errcap, "%s holds a NUL byte: not a JSON text", path);
+                free(text);
+                return NULL;
+            }
+            return text;
+        }
+        if (cap > max) {
+            snprintf(err, errcap, "%s is larger than %zu MiB", path, max >> 20);
+            break;
+        }
+        cap *= 2;
+        char *more = realloc(text, cap);
+        if (!more)
+            free(text);
+        text = more;
+    }
+    free(text);
+    fclose(f);
+    return NULL;
 }
 
 static void format_stat(char *buf, const char *name, double v)
@@ -595,27 +702,24 @@ static int cmd_stats(int argc, char **argv)
         fprintf(stderr, "usage: tidepool stats STATS.json (or a snapshot JSON)\n");
         return 2;
     }
-    FILE *f = fopen(argv[0], "r");
-    if (!f) {
-        fprintf(stderr, "tidepool stats: cannot open %s: %s\n", argv[0], strerror(errno));
+    char err[256];
+    char *text = read_whole_file(argv[0], (size_t)1 << 30, err, sizeof err);
+    if (!text) {
+        fprintf(stderr, "tidepool stats: %s\n", err);
         return 1;
     }
-    static char text[1 << 20];
-    size_t len = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[len] = '\0';
     static struct stat_entry st[MAX_STATS];
-    char err[256];
     /* a snapshot (tide_snapshot_json, tidepool replay --snapshot-out) carries its statistics inside */
     const char *inner = strstr(text, "\"stats\": {");
     int n = read_flat_json(inner ? inner + 9 : text, st, MAX_STATS, err, sizeof err);
+    free(text);
     if (n < 0) {
         fprintf(stderr, "tidepool stats: %s: %s\n", argv[0], err);
-        return 1;
+        return 2;
     }
     if (n == 0) {
         fprintf(stderr, "tidepool stats: %s holds no statistics\n", argv[0]);
-        return 1;
+        return 2;
     }
     static const char *pools[] = {"all", "small_pool", "large_pool"};
     bool shown[MAX_STATS] = {false};
