@@ -39,8 +39,10 @@ demo: deps
 	@cmake --build $(BUILD) -j $(JOBS) --target tidepool_cli
 	$(BUILD)/tidepool replay traces/seed_transformer.csv.gz
 
+# ctest's summary names the skipped tests; skip_reasons.sh adds why (each prints "skipped: WHY").
 check: build
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	@status=0; ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) || status=$$?; \
+	scripts/skip_reasons.sh $(BUILD); exit $$status
 
 # The hot path's length, counted by callgrind (does not move with machine noise) on every shipped trace
 # and on the one-thread micro patterns: fails if any takes more instructions than
@@ -58,12 +60,14 @@ install: build
 
 # The GPU tests (CUDA backend, cross-stream safety, PyTorch, CuPy); each is skipped without a GPU.
 gpu-check: build
-	ctest --test-dir $(BUILD) -L gpu --output-on-failure
+	@status=0; ctest --test-dir $(BUILD) -L gpu --output-on-failure || status=$$?; \
+	scripts/skip_reasons.sh $(BUILD); exit $$status
 
 check-sanitize: deps
 	@cmake -S . -B $(SANITIZE_BUILD) -DTIDE_WERROR=ON -DTIDE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	@cmake --build $(SANITIZE_BUILD) -j $(JOBS)
-	ctest --test-dir $(SANITIZE_BUILD) --output-on-failure -j $(JOBS)
+	@status=0; ctest --test-dir $(SANITIZE_BUILD) --output-on-failure -j $(JOBS) || status=$$?; \
+	scripts/skip_reasons.sh $(SANITIZE_BUILD); exit $$status
 
 # The threaded tests under ThreadSanitizer; THREAD_OPS operations per thread in the stress test
 # (125000: a million allocations and a million frees over 8 threads).

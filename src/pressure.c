@@ -332,26 +332,41 @@ static struct where where_is_memory(tide_allocator *t)
     return w;
 }
 
-static tide_status out_of_memory(tide_allocator *t, struct heap *h, size_t requested)
+/* What would let the request succeed, as far as the allocator can tell. */
+static const char *oom_hint(const tide_allocator *t, size_t smallest_segment, bool known, size_t dev_free,
+                            const struct where *w)
+{
+    if (smallest_segment > t->limit)
+        return "the smallest segment that holds it is larger than the limit: raise limit";
+    if (known && dev_free >= smallest_segment && t->reserved + smallest_segment > t->limit)
+        return "the device has room for it but the limit does not: raise limit, or free memory";
+    if (w->cached > w->idle)
+        return "the cache is in partly used segments; max_split_size_mb or a lower "
+               "garbage_collection_threshold may help";
+    return "the memory is allocated or still used by the device: free memory, or use a smaller request";
+}
+
+static tide_status out_of_memory(tide_allocator *t, struct heap *h, size_t rounded, size_t requested)
 {
     const tide_backend *be = &t->backend;
     size_t dev_free = 0, dev_total = 0;
     bool known = be->mem_info(be->ctx, &dev_free, &dev_total) == TIDE_OK;
     struct where w = where_is_memory(t);
-    char asked[32], fr[32], tot[32], res[32], lim[32], al[32], pe[32], ca[32], rel[32];
+    size_t smallest_segment = round_up(rounded, TIDE_SEGMENT_GRANULE);
+    char asked[32], fr[32], tot[32], res[32], lim[32], al[32], pe[32], ca[32], rel[32], seg[32];
     t->num_ooms++;
     HISTORY_EVENT(t, TIDE_EVENT_OOM, h->stream, 0, requested);
     return tide__fail(
         TIDE_ENOMEM,
-        "out of memory: asked %s on stream 0x%llx; %s%s free on the device of %s; reserved %s "
-        "(limit %s): %s allocated, %s pending free (still used by the device), %s cached of which %s "
-        "releasable (the rest is in partly used segments; max_split_size_mb or a lower "
-        "garbage_collection_threshold may help)",
-        format_bytes(requested, asked), (unsigned long long)h->stream, known ? "" : "unknown, ",
-        known ? format_bytes(dev_free, fr) : "", format_bytes(known ? dev_total : t->device_total, tot),
-        format_bytes(t->reserved, res), format_bytes(t->limit, lim), format_bytes((uint64_t)w.allocated, al),
+        "out of memory: asked %s (a segment of at least %s) on stream 0x%llx; %s%s free on the device "
+        "of %s; reserved %s (limit %s): %s allocated, %s pending free (still used by the device), %s "
+        "cached of which %s releasable; %s",
+        format_bytes(requested, asked), format_bytes(smallest_segment, seg), (unsigned long long)h->stream,
+        known ? "" : "unknown, ", known ? format_bytes(dev_free, fr) : "",
+        format_bytes(known ? dev_total : t->device_total, tot), format_bytes(t->reserved, res),
+        format_bytes(t->limit, lim), format_bytes((uint64_t)w.allocated, al),
         format_bytes((uint64_t)w.pending, pe), format_bytes((uint64_t)w.cached, ca),
-        format_bytes((uint64_t)w.idle, rel));
+        format_bytes((uint64_t)w.idle, rel), oom_hint(t, smallest_segment, known, dev_free, &w));
 }
 
 tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
@@ -391,7 +406,7 @@ tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind po
                 s = grow(t, h, pool, rounded, requested, &b);
         }
         if (!b && s == TIDE_ENOMEM)
-            s = out_of_memory(t, h, requested);
+            s = out_of_memory(t, h, rounded, requested);
     }
     settle_and_unlock(t);
     *out = b;

@@ -7,7 +7,7 @@
 set -u
 src=$1
 build=$2
-command -v valgrind >/dev/null || { echo "valgrind is not installed: skipped"; exit 77; }
+command -v valgrind >/dev/null || { echo "skipped: valgrind is not installed"; exit 77; }
 cd "$src" || exit 1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -28,6 +28,8 @@ expect 2 "--inflight takes a number of kernels, not 'nan'" "$tool" replay --infl
 expect 2 "--history takes a number of events from 1 to" "$tool" replay --history 99999999999999999999 "$trace"
 expect 2 "--empty-cache-every takes a number of operations, not '1.5'" "$tool" replay --empty-cache-every 1.5 "$trace"
 expect 2 "tidepool replay: --conf: bad value '0x1p-1' for garbage_collection_threshold" "$tool" replay --conf garbage_collection_threshold:0x1p-1 "$trace"
+expect 2 "tidepool replay: TIDEPOOL_CONF: bad value 'zz' for limit" env TIDEPOOL_CONF=limit:zz "$tool" replay "$trace"
+expect 2 "tidepool plot: TIDEPOOL_CONF: unknown key" env TIDEPOOL_CONF=nokey:1 "$tool" plot -o "$work/x.svg" "$trace"
 expect 2 "tidepool plot: --passes takes" "$tool" plot --passes x -o "$work/x.svg" "$trace"
 
 n=0

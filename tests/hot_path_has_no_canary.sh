@@ -22,12 +22,12 @@ heap_reuse_parked heap_park heap_settle heap_make_free make_free free_index_find
 free_index_remove free_index_would_find free_index_to_front ptr_map_get ptr_map_insert ptr_map_remove
 history_heap_alloc"
 
-command -v objdump >/dev/null || { echo "objdump not found (binutils): skipped"; exit 77; }
+command -v objdump >/dev/null || { echo "skipped: objdump not found (binutils)"; exit 77; }
 rm -rf "$work"
 mkdir -p "$work"
 echo 'int f(void); int f(void) { return 0; }' >"$work/probe.c"
 if ! "$cc" -fstack-protector-strong -c "$work/probe.c" -o "$work/probe.o" 2>/dev/null; then
-    echo "$cc has no -fstack-protector-strong: skipped"
+    echo "skipped: $cc has no -fstack-protector-strong"
     exit 77
 fi
 

@@ -116,6 +116,7 @@ static void test_ladder_fails_with_a_report(void)
     CHECK_MESSAGE("40.0 MiB allocated");
     CHECK_MESSAGE("12.0 MiB pending free");
     CHECK_MESSAGE("0 B cached of which 0 B releasable");
+    CHECK_MESSAGE("the device has room for it but the limit does not: raise limit");
     tide_stats s = stats_of(f.t);
     CHECK(s.num_ooms == 1 && s.num_alloc_retries == 1);
     CHECK(s.num_sync_all_streams == 1);
@@ -125,6 +126,23 @@ static void test_ladder_fails_with_a_report(void)
     CHECK_OK(tide_malloc(f.t, 20 * MIB, 0, &p)); /* now there is room */
     CHECK_OK(tide_free(f.t, p));
     CHECK_OK(tide_free(f.t, live));
+    fixture_close(&f);
+}
+
+/* A limit below the smallest segment (2 MiB) fails every request, and the failure says so: the limit,
+ * not fragmentation, is what to change. Nothing is reserved by the attempt. */
+static void test_limit_below_a_segment_is_named(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "limit:1MiB");
+    void *p = (void *)1;
+    CHECK_STATUS(tide_malloc(f.t, 4096, 0, &p), TIDE_ENOMEM);
+    CHECK(p == NULL);
+    CHECK_MESSAGE("a segment of at least 2.0 MiB");
+    CHECK_MESSAGE("the smallest segment that holds it is larger than the limit: raise limit");
+    CHECK(!strstr(tide_last_error(), "max_split_size_mb"));
+    CHECK(reserved_of(f.t) == 0);
+    CHECK_OK(tide_check(f.t));
     fixture_close(&f);
 }
 
@@ -418,6 +436,7 @@ int main(void)
     RUN(test_ladder_drains_then_releases);
     RUN(test_ladder_synchronizes_when_it_must);
     RUN(test_ladder_fails_with_a_report);
+    RUN(test_limit_below_a_segment_is_named);
     RUN(test_device_refusals);
     RUN(test_device_refuses_a_release);
     RUN(test_destroy_reports_a_refused_release);

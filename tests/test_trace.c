@@ -122,9 +122,38 @@ static void test_gzip(void)
     trace_free(&t);
     /* A .gz that is not gzip, and the shipped traces. */
     expect_error("bad.csv.gz", "op,id,size,stream\n", "gzip could not decompress it");
+    expect_error("bad2.csv.gz", "op,id,size,stream\n", "not in gzip format");
     CHECK(trace_load(TIDE_TRACES_DIR "/lstm_loop.csv.gz", &t, err, sizeof err) == 0);
     CHECK(t.nallocs == 7425);
     trace_free(&t);
+}
+
+/* A gzip file cut short ends in a cut line; the message is gzip's, not the cut line's field count. */
+static void test_truncated_gzip(void)
+{
+    char cmd[600], path[256];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && { echo op,id,size,stream; seq 1 20000 | sed 's/.*/a,&,4096,0/'; } | gzip -c > full.gz"
+             " && head -c $(( $(wc -c < full.gz) / 2 )) full.gz > cut.csv.gz", dir);
+    CHECK(system(cmd) == 0);
+    snprintf(path, sizeof path, "%s/cut.csv.gz", dir);
+    struct trace t;
+    char err[256] = "";
+    CHECK(trace_load(path, &t, err, sizeof err) == -1);
+    CHECK(strstr(err, "gzip could not decompress it (unexpected end of file)") != NULL);
+    CHECK(strstr(err, "lines were read before it stopped") != NULL);
+    CHECK(strstr(err, "fields") == NULL);
+    if (!strstr(err, "unexpected end of file"))
+        fprintf(stderr, "got: %s\n", err);
+}
+
+static void test_directory_is_named(void)
+{
+    struct trace t;
+    char err[256] = "";
+    CHECK(trace_load(dir, &t, err, sizeof err) == -1);
+    CHECK(strstr(err, "is a directory, not a trace") != NULL);
+    CHECK(strstr(err, "empty") == NULL);
 }
 
 static void test_malformed_input(void)
@@ -165,6 +194,8 @@ int main(void)
     RUN(test_stream_numbers_are_names);
     RUN(test_rmm_format);
     RUN(test_gzip);
+    RUN(test_truncated_gzip);
+    RUN(test_directory_is_named);
     RUN(test_malformed_input);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

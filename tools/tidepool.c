@@ -120,6 +120,7 @@ static void print_json(FILE *f, const char *path, const char *conf, const struct
     fprintf(f, ",\n  \"allocs\": %llu", (unsigned long long)r->allocs);
     fprintf(f, ",\n  \"frees\": %llu", (unsigned long long)r->frees);
     fprintf(f, ",\n  \"streams\": %u", t->nstreams);
+    fprintf(f, ",\n  \"skipped_frees\": %zu", t->skipped_frees);
     fprintf(f, ",\n  \"peak_live_bytes\": %llu", (unsigned long long)r->peak_live_bytes);
     fprintf(f, ",\n  \"peak_reserved_bytes\": %llu", (unsigned long long)r->peak_reserved_bytes);
     fprintf(f, ",\n  \"peak_reserved_over_live\": %.4f", r->ratio);
@@ -167,6 +168,9 @@ static void print_summary(FILE *f, const char *path, const char *conf, const str
         fprintf(f, ", %zu empty_cache call%s", t->nempty_caches, t->nempty_caches == 1 ? "" : "s");
     if (r->passes > 1)
         fprintf(f, ", replayed %u times", r->passes);
+    if (t->skipped_frees)
+        fprintf(f, "\n  %zu free%s of memory allocated before the log began, skipped", t->skipped_frees,
+                t->skipped_frees == 1 ? "" : "s");
     fprintf(f, "\n  simulated device %s; config %s%s%s\n",
             human_bytes(o->device_bytes ? o->device_bytes : 80ull << 30, a), conf && *conf ? "\"" : "",
             conf && *conf ? conf : "(default)", conf && *conf ? "\"" : "");
@@ -433,6 +437,12 @@ static int parse_replay_args(int argc, char **argv, struct replay_cli *cli)
     }
     if (cli->nfiles == 0) {
         usage(stderr);
+        return 2;
+    }
+    /* tide_create reads it too, once per replay; a bad one is bad usage, said once, before any work. */
+    const char *env = getenv("TIDEPOOL_CONF");
+    if (env && tide_config_check(env, "TIDEPOOL_CONF") != TIDE_OK) {
+        fprintf(stderr, "%s: %s\n", cli->name, tide_last_error());
         return 2;
     }
     if (plot && (!cli->out.plot || cli->nfiles != 1 || cli->nconfs > 1)) {

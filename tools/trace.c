@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -117,6 +118,7 @@ struct reader {
     const char *path;
     FILE *f;
     pid_t child;              /* gzip, or 0 */
+    int child_err;            /* the read end of gzip's stderr, or -1 */
     size_t line_no;
     char *line;
     size_t line_cap;
@@ -147,54 +149,96 @@ static bool ends_with(const char *s, const char *suffix)
 
 static int reader_open(struct reader *r)
 {
+    struct stat st;
+    if (stat(r->path, &st) == 0 && S_ISDIR(st.st_mode))
+        return fail(r, "is a directory, not a trace");
     if (!ends_with(r->path, ".gz")) {
         r->f = fopen(r->path, "r");
         return r->f ? 0 : fail(r, "cannot open: %s", strerror(errno));
     }
     if (access(r->path, R_OK) != 0)
         return fail(r, "cannot open: %s", strerror(errno));
-    int fds[2];
+    int fds[2], errs[2];
     if (pipe(fds) != 0)
         return fail(r, "cannot make a pipe for gzip: %s", strerror(errno));
+    if (pipe(errs) != 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return fail(r, "cannot make a pipe for gzip: %s", strerror(errno));
+    }
     pid_t pid = fork();
     if (pid < 0) {
         close(fds[0]);
         close(fds[1]);
+        close(errs[0]);
+        close(errs[1]);
         return fail(r, "cannot start gzip: %s", strerror(errno));
     }
     if (pid == 0) {
         dup2(fds[1], STDOUT_FILENO);
-        int devnull = open("/dev/null", O_WRONLY); /* its complaints become our message */
-        if (devnull >= 0)
-            dup2(devnull, STDERR_FILENO);
+        dup2(errs[1], STDERR_FILENO); /* its complaint becomes part of our message */
         close(fds[0]);
         close(fds[1]);
+        close(errs[0]);
+        close(errs[1]);
         execlp("gzip", "gzip", "-dc", "--", r->path, (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
+    close(errs[1]);
     r->child = pid;
+    r->child_err = errs[0];
     r->f = fdopen(fds[0], "r");
     return r->f ? 0 : fail(r, "cannot read gzip's output");
 }
 
-/* Closes the file; if it read to the end, also says whether gzip did its part (a gzip error is the
- * real cause of whatever the reading made of its output). When reading stopped early, gzip dies of a
- * broken pipe, which is no news. */
-static int reader_close(struct reader *r)
+/* gzip's own complaint, without its "gzip: PATH: " prefix, in out (empty if it said nothing). */
+static void gzip_complaint(struct reader *r, char *out, size_t cap)
 {
-    bool read_to_end = r->at_end;
-    int rc = 0;
+    size_t n = 0;
+    ssize_t got;
+    while (n + 1 < cap && (got = read(r->child_err, out + n, cap - 1 - n)) > 0)
+        n += (size_t)got;
+    out[n] = '\0';
+    const char *what = out + strspn(out, "\n"); /* gzip starts a complaint on a line of its own */
+    char *nl = strchr(what, '\n');
+    if (nl)
+        *nl = '\0';
+    size_t plen = strlen(r->path);
+    if (strncmp(what, "gzip: ", 6) == 0)
+        what += 6;
+    if (strncmp(what, r->path, plen) == 0 && strncmp(what + plen, ": ", 2) == 0)
+        what += plen + 2;
+    memmove(out, what, strlen(what) + 1);
+}
+
+/* Closes the file and says whether gzip did its part. A gzip error is the real cause of whatever the
+ * reading made of its output (a truncated file ends in a cut line, which would read as a field-count
+ * error), so when reading stopped early the rest is drained to learn how gzip ends, and its error, if
+ * any, replaces the reader's. */
+static int reader_close(struct reader *r, int rc)
+{
+    if (r->child > 0 && r->f && !r->at_end) {
+        char sink[65536];
+        while (fread(sink, 1, sizeof sink, r->f) > 0)
+            ;
+    }
     if (r->f)
         fclose(r->f);
     if (r->child > 0) {
         int status = 0;
+        char complaint[300];
         waitpid(r->child, &status, 0);
-        if (read_to_end && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+        gzip_complaint(r, complaint, sizeof complaint);
+        close(r->child_err);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            size_t last_line = r->line_no;
             r->line_no = 0;
-            rc = fail(r, WIFEXITED(status) && WEXITSTATUS(status) == 127
-                             ? "gzip is not installed (needed to read .gz traces)"
-                             : "gzip could not decompress it (is it a gzip file?)");
+            if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+                rc = fail(r, "gzip is not installed (needed to read .gz traces)");
+            else
+                rc = fail(r, "gzip could not decompress it (%s); %zu lines were read before it stopped",
+                          *complaint ? complaint : "is it a gzip file?", last_line);
         }
     }
     free(r->line);
@@ -435,7 +479,7 @@ static int read_rmm(struct reader *r, struct trace *t, struct key_map *ids)
 int trace_load(const char *path, struct trace *out, char *err, size_t errcap)
 {
     memset(out, 0, sizeof *out);
-    struct reader r = {.path = path, .err = err, .errcap = errcap};
+    struct reader r = {.path = path, .err = err, .errcap = errcap, .child_err = -1};
     if (reader_open(&r) != 0)
         return -1;
     struct key_map ids = {0};
@@ -456,8 +500,7 @@ int trace_load(const char *path, struct trace *out, char *err, size_t errcap)
     key_map_free(&ids);
     if (rc == 0 && ferror(r.f))
         rc = fail(&r, "read error");
-    if (reader_close(&r) != 0)
-        rc = -1;
+    rc = reader_close(&r, rc);
     if (rc == 0 && out->nallocs == 0)
         rc = fail(&r, "no allocations in the trace");
     if (rc != 0)
