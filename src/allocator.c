@@ -263,7 +263,8 @@ tide_status tide_destroy(tide_allocator *t)
         held += p->pending_blocks.cur;
         held_bytes += p->pending.cur;
     }
-    uint64_t refused = pressure_release_everything(t);
+    uint64_t refused_ranges;
+    uint64_t refused = pressure_release_everything(t, &refused_ranges);
     allocator_unlock_all(t);
     for (uint32_t i = 0; i < n; i++)
         heap_destroy(t->heaps[i]);
@@ -276,16 +277,17 @@ tide_status tide_destroy(tide_allocator *t)
     tide_backend_close(&t->backend);
     free(t);
 
-    char lb[32], hb[32];
+    char lb[32], hb[32], rb[32];
     if (live || held)
         return tide__fail(TIDE_EBUSY, "tide_destroy: %lld allocation%s (%s) still live and %lld freed "
                           "block%s (%s) still referenced; their memory was returned to the device "
                           "anyway", (long long)live, live == 1 ? "" : "s",
                           format_bytes((uint64_t)live_bytes, lb), (long long)held,
                           held == 1 ? "" : "s", format_bytes((uint64_t)held_bytes, hb));
-    if (refused)
-        return tide__fail_with_context(TIDE_EDEVICE, "tide_destroy: the device refused to take back %s",
-                                       format_bytes(refused, lb));
+    if (refused || refused_ranges)
+        return tide__fail_with_context(TIDE_EDEVICE, "tide_destroy: the device refused to take back %s of "
+                                       "memory and %s of address ranges", format_bytes(refused, lb),
+                                       format_bytes(refused_ranges, rb));
     if (!synced)
         return tide__fail_with_context(TIDE_EDEVICE, "tide_destroy: synchronizing the device");
     return TIDE_OK;

@@ -230,18 +230,21 @@ static tide_status arena_create(tide_allocator *t, struct heap *h, enum pool_kin
     return TIDE_OK;
 }
 
-void expandable_release_arenas(tide_allocator *t, struct heap *h)
+uint64_t expandable_release_arenas(tide_allocator *t, struct heap *h)
 {
     const tide_backend *be = &t->backend;
+    uint64_t refused = 0;
     for (int pool = 0; pool < POOL_KINDS; pool++) {
         while (h->arenas[pool]) {
             struct arena *a = h->arenas[pool];
             h->arenas[pool] = a->next;
-            be->va_release(be->ctx, a->base, a->size); /* nothing is lost if it refuses */
+            if (be->va_release(be->ctx, a->base, a->size) != TIDE_OK)
+                refused += a->size; /* the address range stays taken in the process: said by tide_destroy */
             free(a->unit_first);
             free(a);
         }
     }
+    return refused;
 }
 
 /* ---- growing ------------------------------------------------------------------------------------------- */

@@ -410,8 +410,9 @@ tide_status expandable_release_pages(tide_allocator *t, size_t want, enum releas
 tide_status expandable_unmap_run(tide_allocator *t, struct segment *seg, size_t *unmapped);
 /* Puts a run whose unmap failed back into its heap and arena, as an idle run. */
 void expandable_reattach_run(tide_allocator *t, struct heap *h, struct segment *seg);
-/* tide_destroy: gives back the address ranges of heap h (its runs are unmapped already). */
-void expandable_release_arenas(tide_allocator *t, struct heap *h);
+/* tide_destroy: gives back the address ranges of heap h (its runs are unmapped already); returns the
+ * bytes of address range the device refused to take back. */
+uint64_t expandable_release_arenas(tide_allocator *t, struct heap *h);
 
 /* ---- pressure.c: segments from the backend, limits, GC, the out-of-memory ladder, emptying -------- */
 /* Allocates from a new segment or after freeing memory; called when the fast path found no fit.
@@ -426,9 +427,10 @@ tide_status pressure_set_limit(tide_allocator *t, size_t bytes);
  * heap by it (or, if it failed, by polling). */
 tide_status device_synchronize(tide_allocator *t, uint64_t *seq);
 size_t drain_after_synchronize(tide_allocator *t, uint64_t seq, tide_status synced);
-/* Releases every segment regardless (tide_destroy), under the pressure lock. Returns the bytes the
- * backend refused to take back. */
-uint64_t pressure_release_everything(tide_allocator *t);
+/* Releases every segment and address range regardless (tide_destroy), under the pressure lock.
+ * Returns the bytes of memory the backend refused to take back; *refused_ranges, those of address
+ * ranges. */
+uint64_t pressure_release_everything(tide_allocator *t, uint64_t *refused_ranges);
 
 /* ---- check.c ------------------------------------------------------------------------------------- */
 /* Under the pressure lock and every heap lock. */

@@ -492,10 +492,11 @@ tide_status pressure_set_limit(tide_allocator *t, size_t bytes)
     return s;
 }
 
-uint64_t pressure_release_everything(tide_allocator *t)
+uint64_t pressure_release_everything(tide_allocator *t, uint64_t *refused_ranges)
 {
     const tide_backend *be = &t->backend;
     uint64_t refused = 0;
+    *refused_ranges = 0;
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
         lifecycle_destroy_fences(h);
@@ -513,7 +514,7 @@ uint64_t pressure_release_everything(tide_allocator *t)
             free(seg);
         }
         h->segments = NULL;
-        expandable_release_arenas(t, h);
+        *refused_ranges += expandable_release_arenas(t, h);
     }
     while (t->spare_segments) {
         struct segment *seg = t->spare_segments;

@@ -1,11 +1,16 @@
 /*
  * Fault injection in the style SQLite made famous: for each shipped trace, make the Nth call of one
- * backend function fail, for every N from 1 to the number of calls the replay makes, and check that
- * tidepool survives each:
+ * backend function fail, for every N from 1 to the number of calls the replay makes (tide_create and
+ * tide_destroy included), and check that tidepool survives each. Every function of the backend table
+ * that can fail is swept: reserve, release, fences, synchronize and memory info in every
+ * configuration; address ranges and pages with expandable segments; fill and verify with scrub and
+ * guard. The promises:
  *   - the call of tidepool's API during which the fault happened returns what the manual promises
  *     (a failed reservation is retried by the out-of-memory ladder, or reported as TIDE_ENOMEM when the
  *     device keeps refusing; fence failures are absorbed by an owed synchronize; a failed synchronize or
- *     release makes tide_empty_cache return TIDE_EDEVICE);
+ *     release makes tide_empty_cache return TIDE_EDEVICE; a failed fill fails the allocation, a failed
+ *     verify still frees the block; a failed address-range reservation is retried smaller; tide_create
+ *     and tide_destroy say TIDE_EDEVICE with the device's words, and tide_create leaves nothing);
  *   - tide_check passes, and the device holds exactly the bytes the statistics say are reserved;
  *   - the replay goes on after the fault, and at its end everything is freed and returned: the device
  *     holds no byte and no fence.
@@ -34,9 +39,10 @@
 #define FAULTS_PER_MODE 100  /* by default, each kind of fault is tried at this many N, evenly spread */
 
 enum op { OP_RESERVE, OP_RELEASE, OP_FENCE_CREATE, OP_FENCE_RECORD, OP_FENCE_QUERY, OP_SYNCHRONIZE, OP_MAP,
-          OP_UNMAP, OP_COUNT };
+          OP_UNMAP, OP_MEM_INFO, OP_FILL, OP_VERIFY, OP_VA_RESERVE, OP_VA_RELEASE, OP_COUNT };
 static const char *const op_names[OP_COUNT] = {"reserve", "release", "fence_create", "fence_record",
-                                               "fence_query", "synchronize", "map", "unmap"};
+                                               "fence_query", "synchronize", "map", "unmap", "mem_info",
+                                               "fill", "verify", "va_reserve", "va_release"};
 
 /* ---- the scripted device ------------------------------------------------------------------------------ */
 
@@ -57,6 +63,13 @@ struct scripted {
     bool persistent;
     tide_status fail_status;
     uint64_t failures;
+    /* what the device refused to take back, which it still holds (cleaned up after tide_destroy) */
+    struct refusal {
+        enum op op;
+        uintptr_t addr;
+        size_t size;
+    } refused[16];
+    int nrefused;
 };
 
 static tide_status maybe_fail(struct scripted *d, enum op op)
@@ -70,6 +83,15 @@ static tide_status maybe_fail(struct scripted *d, enum op op)
     return TIDE_OK;
 }
 
+/* A refused release, unmap or address-range release: the device still holds it. */
+static tide_status refusing(struct scripted *d, enum op op, uintptr_t addr, size_t size)
+{
+    tide_status s = maybe_fail(d, op);
+    if (s != TIDE_OK && d->nrefused < (int)(sizeof d->refused / sizeof d->refused[0]))
+        d->refused[d->nrefused++] = (struct refusal){op, addr, size};
+    return s;
+}
+
 static tide_status sd_reserve(void *ctx, size_t size, uintptr_t *out)
 {
     struct scripted *d = ctx;
@@ -80,11 +102,11 @@ static tide_status sd_reserve(void *ctx, size_t size, uintptr_t *out)
 static tide_status sd_release(void *ctx, uintptr_t addr, size_t size)
 {
     struct scripted *d = ctx;
-    tide_status s = maybe_fail(d, OP_RELEASE);
+    tide_status s = refusing(d, OP_RELEASE, addr, size);
     return s != TIDE_OK ? s : d->memory.release(d->memory.ctx, addr, size);
 }
 
-/* Expandable segments: the page calls can fail; the address ranges come straight from the device. */
+/* Expandable segments: pages and address ranges. */
 static tide_status sd_map(void *ctx, uintptr_t addr, size_t size)
 {
     struct scripted *d = ctx;
@@ -95,20 +117,38 @@ static tide_status sd_map(void *ctx, uintptr_t addr, size_t size)
 static tide_status sd_unmap(void *ctx, uintptr_t addr, size_t size)
 {
     struct scripted *d = ctx;
-    tide_status s = maybe_fail(d, OP_UNMAP);
+    tide_status s = refusing(d, OP_UNMAP, addr, size);
     return s != TIDE_OK ? s : d->memory.unmap(d->memory.ctx, addr, size);
 }
 
 static tide_status sd_va_reserve(void *ctx, size_t size, uintptr_t *out)
 {
     struct scripted *d = ctx;
-    return d->memory.va_reserve(d->memory.ctx, size, out);
+    tide_status s = maybe_fail(d, OP_VA_RESERVE);
+    return s != TIDE_OK ? s : d->memory.va_reserve(d->memory.ctx, size, out);
 }
 
 static tide_status sd_va_release(void *ctx, uintptr_t addr, size_t size)
 {
     struct scripted *d = ctx;
-    return d->memory.va_release(d->memory.ctx, addr, size);
+    tide_status s = refusing(d, OP_VA_RELEASE, addr, size);
+    return s != TIDE_OK ? s : d->memory.va_release(d->memory.ctx, addr, size);
+}
+
+/* Scrub and guard: the device writing and checking bytes. */
+static tide_status sd_fill(void *ctx, uintptr_t addr, size_t size, uint8_t value, tide_stream stream)
+{
+    struct scripted *d = ctx;
+    tide_status s = maybe_fail(d, OP_FILL);
+    return s != TIDE_OK ? s : d->memory.fill(d->memory.ctx, addr, size, value, stream);
+}
+
+static tide_status sd_verify(void *ctx, uintptr_t addr, size_t size, uint8_t value, tide_stream stream,
+                             size_t *bad)
+{
+    struct scripted *d = ctx;
+    tide_status s = maybe_fail(d, OP_VERIFY);
+    return s != TIDE_OK ? s : d->memory.verify(d->memory.ctx, addr, size, value, stream, bad);
 }
 
 static tide_status sd_fence_create(void *ctx, void **out)
@@ -167,7 +207,8 @@ static tide_status sd_synchronize(void *ctx)
 static tide_status sd_mem_info(void *ctx, size_t *free_bytes, size_t *total_bytes)
 {
     struct scripted *d = ctx;
-    return d->memory.mem_info(d->memory.ctx, free_bytes, total_bytes);
+    tide_status s = maybe_fail(d, OP_MEM_INFO);
+    return s != TIDE_OK ? s : d->memory.mem_info(d->memory.ctx, free_bytes, total_bytes);
 }
 
 static tide_backend scripted_backend(struct scripted *d)
@@ -179,6 +220,8 @@ static tide_backend scripted_backend(struct scripted *d)
     be.va_release = sd_va_release;
     be.map = sd_map;
     be.unmap = sd_unmap;
+    be.fill = sd_fill;
+    be.verify = sd_verify;
     return be;
 }
 
@@ -241,6 +284,23 @@ static int check_fault_answer(struct run *r, const char *api, tide_status s, con
         /* absorbed: the block waits for a synchronize instead */
         return s == TIDE_OK && after->num_fence_errors == before->num_fence_errors + 1
                    ? 0 : run_failed(r, api, "expected the fence error to be absorbed and counted");
+    case OP_VA_RESERVE:
+        if (r->fail_status == TIDE_EDEVICE)
+            return s == TIDE_EDEVICE && words ? 0 : run_failed(r, api, "expected TIDE_EDEVICE");
+        if (r->persistent) /* no smaller range either: a device error, not a shortage the ladder fixes */
+            return s == TIDE_EDEVICE && strstr(tide_last_error(), "address range")
+                       ? 0 : run_failed(r, api, "expected TIDE_EDEVICE naming the address range");
+        return s == TIDE_OK ? 0 : run_failed(r, api, "expected a smaller address range to serve");
+    case OP_FILL: /* the block goes back to the cache and the allocation fails */
+        return malloc_call && s == TIDE_EDEVICE && words &&
+                       after->allocation[TIDE_POOL_ALL].current == before->allocation[TIDE_POOL_ALL].current
+                   ? 0 : run_failed(r, api, "expected tide_malloc to fail with the device's words, "
+                                    "allocating nothing");
+    case OP_VERIFY: /* the guard could not be checked; the block is freed all the same */
+        return !malloc_call && !empty_cache_call && s == TIDE_EDEVICE && words &&
+                       after->allocation[TIDE_POOL_ALL].current == before->allocation[TIDE_POOL_ALL].current - 1
+                   ? 0 : run_failed(r, api, "expected tide_free to free the block and say the device's "
+                                    "words");
     case OP_RELEASE: case OP_UNMAP: case OP_SYNCHRONIZE:
         if (empty_cache_call)
             return s == TIDE_EDEVICE && words ? 0 : run_failed(r, api, "expected TIDE_EDEVICE with the "
@@ -308,9 +368,64 @@ static void step(struct replay *p, enum step_kind kind, uint32_t id, uint64_t si
     p->result = check_fault_answer(r, api, s, &before, &after);
     if (p->result == 0)
         p->result = check_accounts(r, &p->d, p->t, api);
-    p->d.fail_op = -1; /* the device recovers, and the program tries again */
-    if (p->result == 0 && s != TIDE_OK)
+    p->d.fail_op = -1; /* the device recovers, and the program tries again (a free is done already) */
+    if (p->result == 0 && s != TIDE_OK && kind != STEP_FREE)
         step(p, kind, id, size, at);
+}
+
+/* tide_create: a fault in it (the device's memory info) fails it with the device's words, leaving
+ * nothing on the device; the device recovers and the program creates again. */
+static int create_with_fault(struct replay *p, const tide_backend *be)
+{
+    struct run *r = p->r;
+    uint64_t failures = p->d.failures;
+    tide_status s = tide_create(be, r->config, &p->t);
+    if (p->d.failures == failures)
+        return s == TIDE_OK ? 0 : run_failed(r, "tide_create", "failed outside the fault");
+    r->faulted = true;
+    tide_sim_counters c;
+    tide_sim_get_counters(p->d.sim, &c);
+    if (s != TIDE_EDEVICE || !strstr(tide_last_error(), "scripted fault") || p->t || c.held_bytes ||
+        p->d.live_fences)
+        return run_failed(r, "tide_create", "expected TIDE_EDEVICE with the device's words, and nothing "
+                          "created");
+    p->d.fail_op = -1;
+    s = tide_create(be, r->config, &p->t);
+    return s == TIDE_OK ? 0 : run_failed(r, "tide_create", "failed after the device recovered");
+}
+
+/* tide_destroy: with no fault it ends clean; with one, it says TIDE_EDEVICE with the device's words.
+ * Either way no fence is left, and whatever the device refused to take back is the one thing it
+ * still holds: given back here, so the next run starts on an empty device. */
+static void destroy_with_fault(struct replay *p)
+{
+    struct run *r = p->r;
+    uint64_t failures = p->d.failures;
+    p->d.nrefused = 0;
+    tide_status s = tide_destroy(p->t);
+    bool faulted = p->d.failures != failures && !r->faulted;
+    if (faulted)
+        r->faulted = true;
+    if (!faulted && s != TIDE_OK && !p->result)
+        p->result = run_failed(r, "tide_destroy", "did not end clean");
+    if (faulted && !p->result && (s != TIDE_EDEVICE || !strstr(tide_last_error(), "scripted fault")))
+        p->result = run_failed(r, "tide_destroy", "expected TIDE_EDEVICE with the device's words");
+    if (p->d.live_fences != 0 && !p->result)
+        p->result = run_failed(r, "tide_destroy", "fences left on the device");
+    for (int i = 0; i < p->d.nrefused; i++) {
+        const struct refusal *f = &p->d.refused[i];
+        const tide_backend *m = &p->d.memory;
+        if (f->op == OP_RELEASE)
+            m->release(m->ctx, f->addr, f->size);
+        else if (f->op == OP_UNMAP)
+            m->unmap(m->ctx, f->addr, f->size);
+        else
+            m->va_release(m->ctx, f->addr, f->size);
+    }
+    tide_sim_counters c;
+    tide_sim_get_counters(p->d.sim, &c);
+    if (c.held_bytes && !p->result)
+        p->result = run_failed(r, "tide_destroy", "the device still holds memory tidepool did not say");
 }
 
 static int replay_with_fault(struct run *r, tide_sim *sim)
@@ -324,8 +439,8 @@ static int replay_with_fault(struct run *r, tide_sim *sim)
     p.d.persistent = r->persistent;
     p.d.fail_status = r->fail_status;
     tide_backend be = scripted_backend(&p.d);
-    if (tide_create(&be, r->config, &p.t) != TIDE_OK)
-        return run_failed(r, "tide_create", "failed");
+    if (create_with_fault(&p, &be) != 0)
+        return -1;
 
     const struct trace *tr = r->trace;
     p.ptrs = calloc(tr->nallocs, sizeof *p.ptrs);
@@ -342,18 +457,15 @@ static int replay_with_fault(struct run *r, tide_sim *sim)
         if (p.ptrs[id])
             step(&p, STEP_FREE, id, 0, tr->nops);
     step(&p, STEP_EMPTY_CACHE, 0, 0, tr->nops);
-    memcpy(r->calls, p.d.calls, sizeof r->calls); /* what tide_destroy does is not swept */
-    p.d.fail_op = -1;
     free(p.ptrs);
     tide_stats s = stats_of(p.t);
     if (!p.result && (s.reserved_bytes[TIDE_POOL_ALL].current || s.pending_free_blocks[TIDE_POOL_ALL].current))
         p.result = run_failed(r, "tide_empty_cache", "memory left reserved or pending at the end");
     if (!p.result)
         p.result = check_accounts(r, &p.d, p.t, "the end");
-    if (tide_destroy(p.t) != TIDE_OK && !p.result)
-        p.result = run_failed(r, "tide_destroy", "did not end clean");
-    if (p.d.live_fences != 0 && !p.result)
-        p.result = run_failed(r, "tide_destroy", "fences left on the device");
+    destroy_with_fault(&p);
+    memcpy(r->calls, p.d.calls, sizeof r->calls);
+    p.d.fail_op = -1;
     return p.result;
 }
 
@@ -381,11 +493,32 @@ static const struct mode modes[] = {
     /* expandable segments: pages instead of reservations */
     {OP_MAP, false, TIDE_ENOMEM},           {OP_MAP, true, TIDE_ENOMEM},
     {OP_MAP, false, TIDE_EDEVICE},          {OP_UNMAP, false, TIDE_EDEVICE},
+    {OP_VA_RESERVE, false, TIDE_ENOMEM},    {OP_VA_RESERVE, true, TIDE_ENOMEM},
+    {OP_VA_RESERVE, false, TIDE_EDEVICE},   {OP_VA_RELEASE, false, TIDE_EDEVICE},
+    /* every configuration: tide_create asks the device's size */
+    {OP_MEM_INFO, false, TIDE_EDEVICE},
+    /* scrub and guard */
+    {OP_FILL, false, TIDE_EDEVICE},         {OP_VERIFY, false, TIDE_EDEVICE},
 };
 static unsigned long total_runs, total_survived;
 
-static void sweep_trace(const char *name, tide_sim *sim, const char *config)
+/* The configurations swept. Guard only for the calls it adds (fill, verify; scrub fills as guard
+ * does), on one trace: those calls are the same on every trace, and each waits for the simulated
+ * stream, which makes a guarded replay slow. */
+struct sweep_config {
+    const char *label, *config;
+    bool only_fill_and_verify;
+    const char *only_trace; /* NULL: every trace */
+};
+static const struct sweep_config configs[] = {
+    {"default", "", false, NULL},
+    {"expandable", "expandable_segments:True", false, NULL},
+    {"guard", "guard:True", true, "lstm_loop"},
+};
+
+static void sweep_trace(const char *name, tide_sim *sim, const struct sweep_config *sc)
 {
+    const char *config = sc->config;
     char path[512], err[512];
     snprintf(path, sizeof path, "%s/%s.csv.gz", TIDE_TRACES_DIR, name);
     struct trace tr;
@@ -405,6 +538,8 @@ static void sweep_trace(const char *name, tide_sim *sim, const char *config)
         const struct mode *mode = &modes[m];
         if (clean.calls[mode->op] == 0)
             continue; /* not a call this configuration makes (map and unmap are expandable segments') */
+        if (sc->only_fill_and_verify && mode->op != OP_FILL && mode->op != OP_VERIFY)
+            continue;
         unsigned long runs = 0, survived = 0;
         int failed_before = harness_failures;
         uint64_t per_mode = env_number("TIDE_SWEEP_FAULTS_PER_MODE", FAULTS_PER_MODE);
@@ -426,7 +561,7 @@ static void sweep_trace(const char *name, tide_sim *sim, const char *config)
                 break; /* enough to go on */
         }
         fprintf(stderr, "%-17s %-11s %-12s %-10s %-11s %6llu calls, %6lu faults injected, %6lu survived\n",
-                name, *config ? "expandable" : "default", op_names[mode->op], mode->persistent ? "persistent" : "once",
+                name, sc->label, op_names[mode->op], mode->persistent ? "persistent" : "once",
                 tide_status_name(mode->status), (unsigned long long)clean.calls[mode->op], runs, survived);
         total_runs += runs;
         total_survived += survived;
@@ -444,8 +579,9 @@ static void test_fault_sweep(void)
     const char *traces[] = {"lstm_loop", "seed_transformer", "gpt2_varlen"};
     for (size_t i = 0; i < sizeof traces / sizeof *traces; i++)
         if (!only || strstr(only, traces[i])) {
-            sweep_trace(traces[i], sim, "");
-            sweep_trace(traces[i], sim, "expandable_segments:True");
+            for (size_t c = 0; c < sizeof configs / sizeof *configs; c++)
+                if (!configs[c].only_trace || !strcmp(configs[c].only_trace, traces[i]))
+                    sweep_trace(traces[i], sim, &configs[c]);
         }
     tide_sim_destroy(sim);
     fprintf(stderr, "%lu faults injected, %lu survived\n", total_runs, total_survived);

@@ -1,20 +1,37 @@
 /*
- * Several threads at once: each allocates on its own stream and on a shared one, frees blocks other
- * threads allocated, records stream uses, and hands blocks to simulated kernels whose completions
- * release them from the device's own threads. A byte pattern in each block must survive until it is
- * freed. A checker thread runs tide_check throughout and now and then tide_trim and tide_empty_cache
- * under the workers' feet; at the end everything goes back.
+ * Several threads at once (32): each allocates on its own stream and on a shared one, frees blocks
+ * other threads allocated, records stream uses, and hands blocks to simulated kernels whose
+ * completions release them from the device's own threads. A byte pattern in each block must survive
+ * until it is freed. Now and then a worker and its helper thread free the same block at the same
+ * instant: exactly one free succeeds, the other is refused as a double free. A checker thread runs
+ * tide_check throughout and now and then tide_trim and tide_empty_cache under the workers' feet; at
+ * the end everything goes back.
  *
  * TIDE_THREAD_OPS (operations per thread, default 20000) makes it longer: 125000 is a million
  * allocations and a million frees, the stress run of docs/reliability.md (built with ThreadSanitizer).
  */
 #include "harness.h"
 
+#include <sched.h>
+#include <semaphore.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <time.h>
 
-#define THREADS 8
+#define THREADS 32
 #define SLOTS 64
+#define CONTEST_EVERY 16     /* one operation in 16 is a double free raced by two threads */
+
+/* A worker's partner in double frees: it waits for a block, then frees it at the same moment as the
+ * worker does. */
+struct contest {
+    tide_allocator *t;
+    sem_t wake, finished;
+    void *p;                 /* the block both free; NULL: the helper ends */
+    _Atomic(int) ready, go;  /* the rendezvous that makes the two frees start together */
+    tide_status result;
+    char message[256];
+};
 
 struct shared {
     struct fixture f;
@@ -27,7 +44,7 @@ struct shared {
     } exchange[SLOTS];
     unsigned long ops_per_thread;
     _Atomic(int) done;
-    _Atomic(unsigned long) kernels, cross_frees, errors;
+    _Atomic(unsigned long) kernels, cross_frees, errors, contests, helper_won;
 };
 
 struct ref_kernel {
@@ -70,7 +87,61 @@ struct worker {
     struct shared *sh;
     int index;
     uint64_t rng;
+    struct contest contest;
 };
+
+static void *helper_run(void *arg)
+{
+    struct contest *c = arg;
+    for (;;) {
+        sem_wait(&c->wake);
+        if (!c->p)
+            return NULL;
+        atomic_store(&c->ready, 1);
+        while (!atomic_load(&c->go))
+            sched_yield();
+        c->result = tide_free(c->t, c->p);
+        snprintf(c->message, sizeof c->message, "%s", c->result == TIDE_OK ? "" : tide_last_error());
+        sem_post(&c->finished);
+    }
+}
+
+static bool refused_as_double_free(tide_status s, const char *message)
+{
+    return s == TIDE_EINVAL && (strstr(message, "double free") || strstr(message, "freed twice"));
+}
+
+/* The worker and its helper free p together. The block is held by the device (tide_retain) until
+ * both frees have returned, so it cannot be handed to anyone else in between: the second free can
+ * only be a double free of the same block. */
+static void race_double_free(struct worker *w, tide_allocator *t, uint8_t *p)
+{
+    struct contest *c = &w->contest;
+    tide_retain(t, p);
+    c->p = p;
+    atomic_store(&c->ready, 0);
+    atomic_store(&c->go, 0);
+    sem_post(&c->wake);
+    while (!atomic_load(&c->ready))
+        sched_yield();
+    atomic_store(&c->go, 1);
+    tide_status mine = tide_free(t, p);
+    char message[256];
+    snprintf(message, sizeof message, "%s", mine == TIDE_OK ? "" : tide_last_error());
+    sem_wait(&c->finished);
+    bool one_won = (mine == TIDE_OK && refused_as_double_free(c->result, c->message)) ||
+                   (c->result == TIDE_OK && refused_as_double_free(mine, message));
+    if (!one_won) {
+        fprintf(stderr, "thread %d: a raced double free: %s / %s (\"%s\" / \"%s\")\n", w->index,
+                tide_status_name(mine), tide_status_name(c->result), message, c->message);
+        atomic_fetch_add(&w->sh->errors, 1);
+    }
+    if (c->result == TIDE_OK)
+        atomic_fetch_add(&w->sh->helper_won, 1);
+    atomic_fetch_add(&w->sh->contests, 1);
+    if (tide_release(t, p) != TIDE_OK)
+        atomic_fetch_add(&w->sh->errors, 1);
+}
 
 static void *worker_run(void *arg)
 {
@@ -90,6 +161,10 @@ static void *worker_run(void *arg)
             continue;
         }
         fill_pattern(p, size, tag);
+        if (i % CONTEST_EVERY == CONTEST_EVERY - 1) {
+            race_double_free(w, t, p);
+            continue;
+        }
         switch ((r >> 48) % 4) {
         case 0: /* free it here at once */
             check_pattern(sh, p, size, tag);
@@ -172,15 +247,28 @@ static void test_threads_on_streams(void)
         CHECK_OK(tide_sim_stream_create(sh->f.sim, &sh->own[i]));
     CHECK_OK(tide_sim_stream_create(sh->f.sim, &sh->common));
 
-    pthread_t threads[THREADS], checker;
-    struct worker workers[THREADS];
+    pthread_t threads[THREADS], helpers[THREADS], checker;
+    struct worker *workers = calloc(THREADS, sizeof *workers);
     for (int i = 0; i < THREADS; i++) {
-        workers[i] = (struct worker){sh, i, 1000 + (uint64_t)i};
+        workers[i].sh = sh;
+        workers[i].index = i;
+        workers[i].rng = 1000 + (uint64_t)i;
+        workers[i].contest.t = sh->f.t;
+        sem_init(&workers[i].contest.wake, 0, 0);
+        sem_init(&workers[i].contest.finished, 0, 0);
+        pthread_create(&helpers[i], NULL, helper_run, &workers[i].contest);
         pthread_create(&threads[i], NULL, worker_run, &workers[i]);
     }
     pthread_create(&checker, NULL, checker_run, sh);
-    for (int i = 0; i < THREADS; i++)
+    for (int i = 0; i < THREADS; i++) {
         pthread_join(threads[i], NULL);
+        workers[i].contest.p = NULL;
+        sem_post(&workers[i].contest.wake);
+        pthread_join(helpers[i], NULL);
+        sem_destroy(&workers[i].contest.wake);
+        sem_destroy(&workers[i].contest.finished);
+    }
+    free(workers);
     atomic_store(&sh->done, 1);
     pthread_join(checker, NULL);
 
@@ -190,6 +278,7 @@ static void test_threads_on_streams(void)
     CHECK_OK(tide_sim_synchronize(sh->f.sim));
     CHECK(atomic_load(&sh->errors) == 0);
     CHECK(atomic_load(&sh->kernels) > 0 && atomic_load(&sh->cross_frees) > 0);
+    CHECK(atomic_load(&sh->contests) == THREADS * (sh->ops_per_thread / CONTEST_EVERY));
     CHECK_OK(tide_check(sh->f.t));
     tide_release_report r;
     CHECK_OK(tide_empty_cache(sh->f.t, &r));
@@ -199,9 +288,11 @@ static void test_threads_on_streams(void)
     CHECK(s.num_streams == THREADS + 1);
     tide_sim_counters c;
     tide_sim_get_counters(sh->f.sim, &c);
-    fprintf(stderr, "%d threads x %lu operations, %lu kernel releases, %lu cross-thread frees, %llu "
-            "pending blocks drained; the device saw %llu segment reservations and %llu page maps\n",
+    fprintf(stderr, "%d threads x %lu operations, %lu kernel releases, %lu cross-thread frees, %lu raced "
+            "double frees (the helper's free first in %lu), %llu pending blocks drained; the device saw "
+            "%llu segment reservations and %llu page maps\n",
             THREADS, sh->ops_per_thread, atomic_load(&sh->kernels), atomic_load(&sh->cross_frees),
+            atomic_load(&sh->contests), atomic_load(&sh->helper_won),
             (unsigned long long)s.num_pending_drained, (unsigned long long)c.calls[TIDE_SIM_RESERVE],
             (unsigned long long)c.calls[TIDE_SIM_MAP]);
     fixture_close(&sh->f);
