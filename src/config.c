@@ -194,14 +194,23 @@ void config_defaults(struct tide_config *c)
     for (size_t i = 0; i < KEY_COUNT; i++) {
         size_t field = keys[i].field;
         double d = keys[i].default_value;
-        bool b = d != 0;
-        int level = (int)d;
-        size_t mib = d >= (double)SIZE_MAX ? SIZE_MAX : (size_t)d;
-        switch (keys[i].kind) {
-        case KEY_BOOL: store(c, field, &b, sizeof b); break;
-        case KEY_LEVEL: store(c, field, &level, sizeof level); break;
+        switch (keys[i].kind) { /* each kind converts its default only: a MiB default is past an int */
+        case KEY_BOOL: {
+            bool b = d != 0;
+            store(c, field, &b, sizeof b);
+            break;
+        }
+        case KEY_LEVEL: {
+            int level = (int)d;
+            store(c, field, &level, sizeof level);
+            break;
+        }
         case KEY_FRACTION: store(c, field, &d, sizeof d); break;
-        case KEY_MIB: store(c, field, &mib, sizeof mib); break;
+        case KEY_MIB: {
+            size_t mib = d >= (double)SIZE_MAX ? SIZE_MAX : (size_t)d;
+            store(c, field, &mib, sizeof mib);
+            break;
+        }
         case KEY_LIMIT: break; /* unset: the device's memory, decided at tide_create */
         }
     }
