@@ -368,6 +368,48 @@ TIDE_API tide_status tide_set_limit(tide_allocator *t, size_t bytes);
 TIDE_API tide_status tide_set_limit_fraction(tide_allocator *t, double fraction);
 
 /* ------------------------------------------------------------------------------------------------ */
+/* Private pools and graph capture                                                                   */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* A private pool is memory kept apart: a block allocated in a pool comes from the pool's own segments
+ * and goes back to them when freed, so no allocation outside the pool ever reuses it. This is what a
+ * captured CUDA graph needs: its replays write the addresses the capture handed out, long after the
+ * program freed them (PyTorch's graph pools, MemPool, cudagraph trees).
+ *
+ * A pool has a use count: 1 at tide_pool_create, up with tide_pool_retain, down with tide_pool_release.
+ * While it is above 0 the pool's memory stays reserved, wholly free segments too (tide_empty_cache,
+ * tide_trim, the limit and the garbage-collection threshold leave it alone). At 0 the pool is released:
+ * no new allocation may be made in it, its blocks still allocated stay valid until freed, and its
+ * wholly free segments go back to the device at the next tide_empty_cache (or as cache under pressure).
+ * Pool ids are never reused; 0 is not a pool (tide_malloc_pool with pool 0 is tide_malloc). */
+typedef uint64_t tide_pool_id;
+
+TIDE_API tide_status tide_pool_create(tide_allocator *t, tide_pool_id *out);
+TIDE_API tide_status tide_pool_retain(tide_allocator *t, tide_pool_id pool);
+TIDE_API tide_status tide_pool_release(tide_allocator *t, tide_pool_id pool);
+/* The pool's use count now (0 once released). TIDE_EINVAL if pool was never created. */
+TIDE_API tide_status tide_pool_use_count(tide_allocator *t, tide_pool_id pool, uint32_t *out);
+/* Memory the pool holds, in bytes: reserved (its segments) and allocated (its ACTIVE blocks). */
+TIDE_API tide_status tide_pool_memory(tide_allocator *t, tide_pool_id pool, size_t *reserved,
+                                      size_t *allocated);
+
+/* tide_malloc from pool's own segments. A released pool (use count 0) refuses with TIDE_EINVAL. */
+TIDE_API tide_status tide_malloc_pool(tide_allocator *t, size_t size, tide_stream stream, tide_pool_id pool,
+                                      void **out);
+/* The pool the block at ptr belongs to (0: none), for any ACTIVE or PENDING block. */
+TIDE_API tide_status tide_pool_of(tide_allocator *t, void *ptr, tide_pool_id *out);
+
+/* Graph capture. Between tide_capture_begin and the matching tide_capture_end (they nest, one pair per
+ * capture on the device) the device may not be asked anything that a stream capture forbids: tidepool
+ * queries no fence, synchronizes nothing and releases no memory to the device. A block freed meanwhile
+ * with uses on other streams waits, PENDING, and its fences are recorded when the last capture ends;
+ * tide_empty_cache and tide_trim return TIDE_EBUSY; an allocation that finds no room reserves a new
+ * segment (the backend is asked to do so in a way the capture allows) or fails with TIDE_ENOMEM
+ * without the steps of the out-of-memory ladder that need the device. */
+TIDE_API tide_status tide_capture_begin(tide_allocator *t);
+TIDE_API tide_status tide_capture_end(tide_allocator *t);
+
+/* ------------------------------------------------------------------------------------------------ */
 /* Statistics                                                                                        */
 /* ------------------------------------------------------------------------------------------------ */
 

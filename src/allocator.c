@@ -26,11 +26,6 @@ static HOT_THREAD_LOCAL struct {
     struct heap *heap;
 } last_heap;
 
-#define CHECK_ALLOCATOR(t)                                                                         \
-    do {                                                                                           \
-        if (!(t))                                                                                  \
-            return tide__fail(TIDE_EINVAL, "%s: the allocator is NULL", __func__);                 \
-    } while (0)
 
 /* ---- debug checking ------------------------------------------------------------------------------- */
 
@@ -256,6 +251,7 @@ tide_status tide_destroy(tide_allocator *t)
     uint32_t n = atomic_load(&t->nheaps);
     for (uint32_t i = 0; i < n; i++) {
         struct heap *h = t->heaps[i];
+        lifecycle_defer_to_sync(h);
         lifecycle_after_sync(h, UINT64_MAX);
         const struct pool_stats *p = &h->stats.pool[TIDE_POOL_ALL];
         live += p->allocation.cur;
@@ -272,6 +268,7 @@ tide_status tide_destroy(tide_allocator *t)
     pthread_mutex_destroy(&t->pressure);
     pthread_mutex_destroy(&t->heaps_lock);
     history_destroy_all(t);
+    pools_destroy(t);
     pthread_mutex_destroy(&t->history_lock);
     pthread_mutex_destroy(&t->history_write_lock);
     tide_backend_close(&t->backend);
@@ -445,25 +442,13 @@ tide_status tide_malloc(tide_allocator *t, size_t size, tide_stream stream, void
     return allocator_malloc(t, size, stream, out, __builtin_return_address(0));
 }
 
-/* TIDE_NO_CANARY: the addresses it takes of its locals are of a heap pointer, a block pointer and a
- * status, each handed to one of this library's own functions that writes that one object; there is no
- * array on its frame for a canary to guard. */
-TIDE_NO_CANARY tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out,
-                                            void *site)
+/* tide_malloc once its heap is known (a stream's, or a private pool's on that stream). */
+static inline __attribute__((always_inline)) tide_status malloc_on_heap(tide_allocator *t, struct heap *h,
+                                                                        size_t size, size_t rounded,
+                                                                        enum pool_kind pool, void **out,
+                                                                        void *site)
 {
-    CHECK_ALLOCATOR(t);
-    if (!out)
-        return tide__fail(TIDE_EINVAL, "tide_malloc: out is NULL");
-    *out = NULL;
-    if (size - 1 >= t->device_total) /* 0, or more than the device has: one test for both */
-        return refuse_size(t, size);
-    size_t rounded = round_up(size, TIDE_UNIT) + 2 * t->guard;
-    enum pool_kind pool = pool_for_size(t, rounded);
-    struct heap *h;
-    tide_status s = heap_for_stream(t, stream, &h);
-    if (s != TIDE_OK)
-        return s;
-
+    tide_status s = TIDE_OK;
     heap_lock_fast(h);
     struct block *b = NULL;
     if (h->parked) { /* pending blocks drain first, and their merges follow the parked block's */
@@ -500,6 +485,41 @@ TIDE_NO_CANARY tide_status allocator_malloc(tide_allocator *t, size_t size, tide
         *out = (void *)(b->addr + t->guard);
     allocator_debug_check(t, 2, "tide_malloc");
     return b ? TIDE_OK : s;
+}
+
+/* TIDE_NO_CANARY: the addresses it takes of its locals are of a heap pointer, a block pointer and a
+ * status, each handed to one of this library's own functions that writes that one object; there is no
+ * array on its frame for a canary to guard. */
+TIDE_NO_CANARY tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out,
+                                            void *site)
+{
+    CHECK_ALLOCATOR(t);
+    if (!out)
+        return tide__fail(TIDE_EINVAL, "tide_malloc: out is NULL");
+    *out = NULL;
+    if (size - 1 >= t->device_total) /* 0, or more than the device has: one test for both */
+        return refuse_size(t, size);
+    size_t rounded = round_up(size, TIDE_UNIT) + 2 * t->guard;
+    enum pool_kind pool = pool_for_size(t, rounded);
+    struct heap *h;
+    tide_status s = heap_for_stream(t, stream, &h);
+    if (s != TIDE_OK)
+        return s;
+    return malloc_on_heap(t, h, size, rounded, pool, out, site);
+}
+
+tide_status allocator_malloc_in_heap(tide_allocator *t, struct heap *h, size_t size, void **out, void *site)
+{
+    if (size - 1 >= t->device_total)
+        return refuse_size(t, size);
+    size_t rounded = round_up(size, TIDE_UNIT) + 2 * t->guard;
+    return malloc_on_heap(t, h, size, rounded, pool_for_size(t, rounded), out, site);
+}
+
+tide_status allocator_locate(tide_allocator *t, void *ptr, const char *verb, struct heap **h,
+                             struct block **b)
+{
+    return locate(t, (uintptr_t)ptr, verb, h, b);
 }
 
 /* tide_free under guard:True: the canaries are checked first, which waits for the device, so not under

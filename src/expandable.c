@@ -629,6 +629,8 @@ static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t excep
         struct heap *h = t->heaps[i];
         struct segment *carved = NULL;
         struct free_pages *v = NULL;
+        if (h->keeps_memory)
+            continue; /* a private pool in use */
         heap_lock(h);
         size_t n = collect_free_pages(h, page, except_lo, except_hi, &v);
         if (want != SIZE_MAX && n > 1)

@@ -371,6 +371,12 @@ size_t lifecycle_poll(struct heap *h);
 /* Under h->lock, after a device synchronize that began when the pending sequence was sync_seq: every
  * fence recorded and every synchronize owed before it is done. Returns blocks that became FREE. */
 size_t lifecycle_after_sync(struct heap *h, uint64_t sync_seq);
+/* The last graph capture ended: fences for the blocks freed during it with uses on other streams are
+ * recorded now (PENDING until they signal). Returns the blocks that became FREE. Heap lock held. */
+size_t lifecycle_end_capture(struct heap *h);
+/* tide_destroy with a capture still underway: blocks waiting for its end wait for the synchronize
+ * that follows instead. Heap lock held. */
+void lifecycle_defer_to_sync(struct heap *h);
 /* Destroys every fence the heap holds (idle pool and queues). Under h->lock, device synchronized. */
 void lifecycle_destroy_fences(struct heap *h);
 
@@ -450,8 +456,23 @@ tide_status report_leaks_locked(tide_allocator *t, struct leak_groups *out);
 tide_status report_leak_text(struct leak_groups *leaks, char **out, uint64_t *live);
 
 /* ---- allocator.c --------------------------------------------------------------------------------- */
+/* Every public call's first check. */
+#define CHECK_ALLOCATOR(t)                                                                         \
+    do {                                                                                           \
+        if (!(t))                                                                                  \
+            return tide__fail(TIDE_EINVAL, "%s: the allocator is NULL", __func__);                 \
+    } while (0)
 /* tide_malloc, naming the call site the history records (the caller outside tidepool). */
 tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out, void *site);
+/* tide_malloc from a given heap (a private pool's, pool.c); out is not NULL, size not yet checked. */
+tide_status allocator_malloc_in_heap(tide_allocator *t, struct heap *h, size_t size, void **out, void *site);
+/* The heap and block of a user's pointer, the heap locked on TIDE_OK (verb names the caller). */
+tide_status allocator_locate(tide_allocator *t, void *ptr, const char *verb, struct heap **h,
+                             struct block **b);
+
+/* ---- pool.c: private pools and graph capture ------------------------------------------------------- */
+/* Frees the pool table (tide_destroy; the heaps are the allocator's). */
+void pools_destroy(tide_allocator *t);
 /* Locks the pressure lock and every heap, in order (tide_check, tide_destroy, stats). */
 void allocator_lock_all(tide_allocator *t);
 void allocator_unlock_all(tide_allocator *t);

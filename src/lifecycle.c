@@ -179,7 +179,7 @@ __attribute__((noinline)) static void record_uses(struct heap *h, struct block *
     for (uint16_t i = 0; i < b->nuses; i++) {
         if (!record_fence(h, b, uses[i], seq)) {
             h->stats.num_fence_errors++;
-            b->needs_sync = 1;
+            b->needs_sync |= BLOCK_OWES_SYNC;
             b->sync_seq = seq;
         }
     }
@@ -196,8 +196,14 @@ tide_status lifecycle_free(struct heap *h, struct block *b, const void *site)
     block_uses_clear(b);
     b->refs = 0;
 #endif
-    if (b->nuses)
-        record_uses(h, b);
+    if (b->nuses) {
+        /* During a graph capture no fence may be recorded or queried: the uses stay with the block
+         * until the capture ends (lifecycle_end_capture). */
+        if (TIDE_UNLIKELY(atomic_load_explicit(&h->owner->captures, memory_order_relaxed)))
+            b->needs_sync |= BLOCK_FENCES_DEFERRED;
+        else
+            record_uses(h, b);
+    }
     if (b->refs || b->fences || b->needs_sync) {
         history_heap_event(h, TIDE_EVENT_FREE_REQUESTED, b->addr, b->size, site);
         b->state = BLOCK_PENDING;
@@ -252,8 +258,8 @@ static bool pop_fence(struct heap *h, struct fence_queue *q)
 
 size_t lifecycle_poll(struct heap *h)
 {
-    if (!h->pending_head)
-        return 0;
+    if (!h->pending_head || atomic_load_explicit(&h->owner->captures, memory_order_relaxed))
+        return 0; /* no fence is queried while a graph capture is underway */
     const tide_backend *be = &h->owner->backend;
     size_t drained = 0;
     for (uint32_t i = 0; i < h->nqueues; i++) {
@@ -283,12 +289,36 @@ size_t lifecycle_after_sync(struct heap *h, uint64_t sync_seq)
     }
     for (struct block *b = h->pending_head, *next; b; b = next) {
         next = b->link_next;
-        if (b->needs_sync && b->sync_seq < sync_seq) {
-            b->needs_sync = 0;
+        if ((b->needs_sync & BLOCK_OWES_SYNC) && b->sync_seq < sync_seq) {
+            b->needs_sync &= (uint8_t)~BLOCK_OWES_SYNC;
             drained += finish_if_done(h, b);
         }
     }
     return drained;
+}
+
+size_t lifecycle_end_capture(struct heap *h)
+{
+    size_t drained = 0;
+    for (struct block *b = h->pending_head, *next; b; b = next) {
+        next = b->link_next;
+        if (!(b->needs_sync & BLOCK_FENCES_DEFERRED))
+            continue;
+        b->needs_sync &= (uint8_t)~BLOCK_FENCES_DEFERRED;
+        record_uses(h, b);
+        drained += finish_if_done(h, b);
+    }
+    return drained;
+}
+
+void lifecycle_defer_to_sync(struct heap *h)
+{
+    for (struct block *b = h->pending_head; b; b = b->link_next)
+        if (b->needs_sync & BLOCK_FENCES_DEFERRED) {
+            b->needs_sync = BLOCK_OWES_SYNC;
+            b->sync_seq = 0;
+            block_uses_clear(b);
+        }
 }
 
 void lifecycle_destroy_fences(struct heap *h)

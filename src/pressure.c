@@ -73,6 +73,8 @@ static tide_status release_oldest(tide_allocator *t, size_t want, enum release_r
         uint64_t oldest_tick = UINT64_MAX;
         for (uint32_t i = 0; i < heap_count(t); i++) {
             struct heap *h = t->heaps[i];
+            if (h->keeps_memory)
+                continue; /* a private pool in use */
             heap_lock(h);
             if (h->idle_head && h->idle_head->idle_since <= oldest_tick) {
                 oldest = h;
@@ -117,6 +119,8 @@ static void release_for_high_water(tide_allocator *t, size_t want)
         size_t best_size = SIZE_MAX;
         for (uint32_t i = 0; i < heap_count(t); i++) {
             struct heap *h = t->heaps[i];
+            if (h->keeps_memory)
+                continue;
             heap_lock(h);
             for (struct segment *seg = h->idle_head; seg; seg = seg->idle_next)
                 if (seg->size >= want - done && seg->size < best_size) {
@@ -150,6 +154,8 @@ static tide_status release_all_idle(tide_allocator *t, tide_release_report *r)
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
         struct segment *list = NULL;
+        if (h->keeps_memory)
+            continue;
         heap_lock(h);
         heap_detach_idle(h, UINT64_MAX, SIZE_MAX, &list);
         heap_unlock(h);
@@ -279,13 +285,14 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
          * Only if a segment of this very size went back that way lately does the mark rise: the
          * program needs that memory, and releasing again would only repeat itself, reserving and
          * releasing the same sizes in every step of a training loop. */
-        if (t->conf.trim_on_growth && t->reserved + size > t->high_water) {
+        bool capturing = atomic_load(&t->captures) != 0; /* nothing goes back during a capture */
+        if (t->conf.trim_on_growth && !capturing && t->reserved + size > t->high_water) {
             if (recently_released(t, size))
                 t->high_water = t->reserved + size;
             else
                 release_for_high_water(t, t->reserved + size - t->high_water);
         }
-        if (t->gc_threshold && t->reserved + size > t->gc_threshold) {
+        if (t->gc_threshold && !capturing && t->reserved + size > t->gc_threshold) {
             tide_release_report gc = {0};
             release_oldest(t, t->reserved + size - t->gc_threshold, RELEASE_ASKED, &gc, NULL);
             t->num_gc_released += gc.released_segments;
@@ -378,7 +385,13 @@ tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind po
     struct block *b = retry_fit(h, pool, rounded, requested, &s);
     if (!b && s == TIDE_OK)
         s = grow(t, h, pool, rounded, requested, &b);
-    if (!b && s == TIDE_ENOMEM) {
+    /* During a graph capture the ladder's steps (fence queries, releases, a synchronize) are not
+     * allowed: what grow could not find is out of memory. */
+    if (!b && s == TIDE_ENOMEM && atomic_load(&t->captures)) {
+        t->num_alloc_retries++;
+        s = out_of_memory(t, h, rounded, requested);
+    }
+    if (!b && s == TIDE_ENOMEM && !atomic_load(&t->captures)) {
         t->num_alloc_retries++;
         /* 1: drain what the device has finished with */
         poll_all(t);
@@ -430,10 +443,19 @@ static void fill_report(tide_allocator *t, tide_release_report *r)
     r->reserved_bytes = t->reserved;
 }
 
+static tide_status refuse_during_capture(tide_allocator *t, const char *what)
+{
+    return tide__fail(TIDE_EBUSY, "%s during a graph capture (%u underway): the capture forbids "
+                      "synchronizing and releasing memory; call it after tide_capture_end",
+                      what, atomic_load(&t->captures));
+}
+
 tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report)
 {
     tide_release_report r;
     memset(&r, 0, sizeof r);
+    if (atomic_load(&t->captures))
+        return refuse_during_capture(t, "tide_empty_cache");
     uint64_t seq;
     tide_status s = device_synchronize(t, &seq); /* with no lock held: see pressure_malloc, step 3 */
     pthread_mutex_lock(&t->pressure);
@@ -457,6 +479,8 @@ tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report 
 {
     tide_release_report r;
     memset(&r, 0, sizeof r);
+    if (atomic_load(&t->captures))
+        return refuse_during_capture(t, "tide_trim");
     pthread_mutex_lock(&t->pressure);
     r.drained_blocks = poll_all(t);
     tide_status s = TIDE_OK;
@@ -484,7 +508,7 @@ tide_status pressure_set_limit(tide_allocator *t, size_t bytes)
     t->limit = bytes;
     t->gc_threshold = t->conf.gc_threshold > 0 ? (size_t)((double)bytes * t->conf.gc_threshold) : 0;
     tide_status s = TIDE_OK;
-    if (t->reserved > bytes) {
+    if (t->reserved > bytes && !atomic_load(&t->captures)) { /* the capture's end does not redo it */
         poll_all(t);
         s = release_cached(t, t->reserved - bytes, RELEASE_ASKED, NULL, NULL);
     }

@@ -33,8 +33,9 @@ void report_snapshot_locked(tide_allocator *t, struct text *x)
         struct heap *h = t->heaps[i];
         for (struct segment *seg = h->segments; seg; seg = seg->next) {
             text_printf(x, "%s\n {\"address\": %llu, \"size\": %zu, \"pool\": \"%s\", \"stream\": %llu, "
-                        "\"expandable\": %s, \"blocks\": [", first_segment ? "" : ",", (unsigned long long)seg->base,
-                        seg->size, seg->pool == POOL_SMALL ? "small" : "large", (unsigned long long)h->stream,
+                        "\"private_pool\": %llu, \"expandable\": %s, \"blocks\": [", first_segment ? "" : ",",
+                        (unsigned long long)seg->base, seg->size, seg->pool == POOL_SMALL ? "small" : "large",
+                        (unsigned long long)h->stream, (unsigned long long)h->pool_id,
                         seg->arena ? "true" : "false");
             first_segment = false;
             for (struct block *b = seg->first; b; b = b->next) {

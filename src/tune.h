@@ -48,7 +48,8 @@
 /* ---- Sizes: do not modify (the segment map and the free index depend on them) ------------------ */
 #define TIDE_SEGMENT_GRANULE_SHIFT 21         /* segments are multiples of 2 MiB */
 #define TIDE_SEGMENT_GRANULE ((size_t)1 << TIDE_SEGMENT_GRANULE_SHIFT)
-#define TIDE_MAX_HEAPS TIDE_MAX_STREAMS       /* a heap per stream */
+#define TIDE_MAX_HEAPS TIDE_MAX_STREAMS       /* a heap per stream, and per stream a private pool uses */
+#define TIDE_POOL_MAX_STREAMS 16              /* streams one private pool serves (its heaps) */
 /* The most device memory tidepool counts (4 EiB): a device that reports more is taken to hold this.
  * Every request is at most this, so no size computation can wrap: rounding to a unit, the guard's
  * canaries, a segment's 2 MiB granules or a page, and a limit as a fraction of the device. */

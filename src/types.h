@@ -60,6 +60,8 @@ enum pool_kind { POOL_SMALL = 0, POOL_LARGE = 1, POOL_KINDS = 2 };
  * FREE by the statistics, still in the pointer map, and seen by no code but heap_park,
  * heap_reuse_parked and heap_settle (every other path settles it first: heap_lock). */
 enum block_state { BLOCK_FREE = 0, BLOCK_ACTIVE = 1, BLOCK_PENDING = 2, BLOCK_PARKED = 3 };
+/* What else holds a PENDING block (struct block's needs_sync). */
+enum { BLOCK_OWES_SYNC = 1, BLOCK_FENCES_DEFERRED = 2 };
 
 struct heap;
 struct segment;
@@ -99,8 +101,10 @@ struct block {
                                          unlinking needs no test for being first */
     uint8_t state;                    /* enum block_state */
     uint8_t fl, sl;                   /* FREE: its class in the free index, as filed */
-    uint8_t needs_sync;               /* PENDING: a fence could not be recorded; a device synchronize
-                                         that starts after sync_seq frees it */
+    uint8_t needs_sync;               /* PENDING: BLOCK_OWES_SYNC, a fence could not be recorded, and
+                                         a device synchronize that starts after sync_seq frees it;
+                                         BLOCK_FENCES_DEFERRED, it was freed during a graph capture
+                                         and its fences are recorded when the capture ends */
     uint32_t map_slot;                /* ACTIVE, PENDING or PARKED: its slot in the heap's pointer map */
 
     size_t requested;                 /* ACTIVE: what the user asked for */
@@ -248,6 +252,10 @@ struct heap {
     tide_allocator *owner;
     tide_stream stream;
     uint32_t index;
+    tide_pool_id pool_id;                     /* 0, or the private pool whose memory this heap keeps */
+    bool keeps_memory;                        /* its pool's use count is above 0: no idle segment or
+                                                 free page of it is released (written under the
+                                                 pressure lock and read under it) */
     struct free_index free[POOL_KINDS];
     struct ptr_map map;
     struct segment *segments;                 /* all segments, newest first */
@@ -307,6 +315,14 @@ struct tide_allocator {
     _Atomic(uint32_t) nheaps;
 
     _Atomic(uint64_t) pending_seq;            /* stamps fences and owed synchronizes */
+
+    /* Private pools (pool.c), under heaps_lock; a pool's heaps are not in heap_table, which is for
+     * streams outside pools. */
+    struct private_pool *pools;
+    uint32_t npools, pools_cap;
+    tide_pool_id next_pool_id;
+    _Atomic(uint32_t) captures;               /* graph captures underway: no fence query, synchronize
+                                                 or release while above 0 */
 
     _Atomic(struct history *) history;        /* recording now, or NULL: one branch when off */
     struct history *histories;                /* the newest history, recording or stopped; freed at the

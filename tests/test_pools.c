@@ -1,0 +1,319 @@
+/*
+ * Private pools and graph capture on the simulated device: a pool's memory is never reused outside
+ * it, stays reserved while the pool is in use (empty_cache, trim and the out-of-memory ladder leave
+ * it alone) and goes back once the pool is released and its blocks are free; pending frees inside a
+ * pool; and during a capture the device is asked nothing a capture forbids (no fence query or record,
+ * no synchronize, no release), the fences owed being recorded when the capture ends.
+ */
+#include "harness.h"
+
+#define ALL TIDE_POOL_ALL
+
+static size_t pool_reserved(tide_allocator *t, tide_pool_id pool)
+{
+    size_t reserved = 0;
+    CHECK_OK(tide_pool_memory(t, pool, &reserved, NULL));
+    return reserved;
+}
+
+static tide_sim_counters counters(tide_sim *sim)
+{
+    tide_sim_counters c;
+    tide_sim_get_counters(sim, &c);
+    return c;
+}
+
+/* Blocks of a pool come back to the pool; an allocation outside it never gets them. */
+static void test_pool_memory_is_kept_apart(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_pool_id pool;
+    CHECK_OK(tide_pool_create(f.t, &pool));
+    CHECK(pool != 0);
+    void *p, *q, *r;
+    CHECK_OK(tide_malloc_pool(f.t, 4 * MIB, 0, pool, &p));
+    tide_pool_id of = 0;
+    CHECK_OK(tide_pool_of(f.t, p, &of));
+    CHECK(of == pool);
+    size_t reserved = pool_reserved(f.t, pool);
+    CHECK(reserved >= 4 * MIB);
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_malloc(f.t, 4 * MIB, 0, &q)); /* the same size and stream, outside the pool */
+    CHECK(q != p);
+    CHECK_OK(tide_pool_of(f.t, q, &of));
+    CHECK(of == 0);
+    CHECK(pool_reserved(f.t, pool) == reserved); /* the pool did not lend its free block */
+    CHECK_OK(tide_malloc_pool(f.t, 4 * MIB, 0, pool, &r));
+    CHECK(r == p); /* the pool's own block, reused inside it */
+    CHECK_OK(tide_check(f.t));
+    CHECK_OK(tide_free(f.t, q));
+    CHECK_OK(tide_free(f.t, r));
+    CHECK_OK(tide_pool_release(f.t, pool));
+    fixture_close(&f);
+}
+
+/* In use, a pool's cache survives tide_empty_cache and tide_trim; released, it goes back. */
+static void test_pool_memory_goes_back_once_released(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_pool_id pool;
+    CHECK_OK(tide_pool_create(f.t, &pool));
+    void *p, *live;
+    CHECK_OK(tide_malloc_pool(f.t, 3 * MIB, 0, pool, &p));
+    CHECK_OK(tide_malloc_pool(f.t, 1000, 0, pool, &live));
+    CHECK_OK(tide_free(f.t, p));
+    size_t kept = pool_reserved(f.t, pool);
+    CHECK(kept > 0);
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(pool_reserved(f.t, pool) == kept);
+    CHECK_STATUS(tide_trim(f.t, 0, NULL), TIDE_EBUSY);
+    CHECK(pool_reserved(f.t, pool) == kept);
+
+    CHECK_OK(tide_pool_release(f.t, pool));
+    uint32_t uses = 1;
+    CHECK_OK(tide_pool_use_count(f.t, pool, &uses));
+    CHECK(uses == 0);
+    CHECK_OK(tide_empty_cache(f.t, NULL)); /* the large segment is wholly free: it goes */
+    CHECK(pool_reserved(f.t, pool) > 0 && pool_reserved(f.t, pool) < kept); /* the small one holds live */
+    /* A released pool takes no new allocation; its live block stays valid until freed. */
+    void *x = (void *)1;
+    CHECK_STATUS(tide_malloc_pool(f.t, 1000, 0, pool, &x), TIDE_EINVAL);
+    CHECK(x == NULL);
+    CHECK_MESSAGE("was released");
+    memset(live, 7, 1000);
+    CHECK_OK(tide_free(f.t, live));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(pool_reserved(f.t, pool) == 0 && reserved_of(f.t) == 0);
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
+static void test_use_count_and_bad_ids(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_pool_id a, b;
+    CHECK_OK(tide_pool_create(f.t, &a));
+    CHECK_OK(tide_pool_create(f.t, &b));
+    CHECK(a != b);
+    uint32_t n = 0;
+    CHECK_OK(tide_pool_retain(f.t, a));
+    CHECK_OK(tide_pool_use_count(f.t, a, &n));
+    CHECK(n == 2);
+    CHECK_OK(tide_pool_release(f.t, a));
+    CHECK_OK(tide_pool_release(f.t, a));
+    CHECK_OK(tide_pool_use_count(f.t, a, &n));
+    CHECK(n == 0);
+    CHECK_STATUS(tide_pool_release(f.t, a), TIDE_EINVAL);
+    CHECK_MESSAGE("released already");
+    CHECK_STATUS(tide_pool_retain(f.t, a), TIDE_EINVAL);
+    CHECK_STATUS(tide_pool_use_count(f.t, 999, &n), TIDE_EINVAL);
+    CHECK_MESSAGE("never created");
+    void *p = (void *)1;
+    CHECK_STATUS(tide_malloc_pool(f.t, 64, 0, 999, &p), TIDE_EINVAL);
+    CHECK(p == NULL);
+    CHECK_STATUS(tide_malloc_pool(f.t, 0, 0, b, &p), TIDE_EINVAL); /* size 0, as tide_malloc */
+    CHECK_OK(tide_malloc_pool(f.t, 64, 0, 0, &p));                 /* pool 0: tide_malloc */
+    tide_pool_id of = 5;
+    CHECK_OK(tide_pool_of(f.t, p, &of));
+    CHECK(of == 0);
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_STATUS(tide_pool_of(f.t, p, &of), TIDE_EINVAL);
+    CHECK_STATUS(tide_capture_end(f.t), TIDE_EINVAL); /* no capture began */
+    CHECK_OK(tide_pool_release(f.t, b));
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
+/* Under pressure, the ladder releases every idle segment but a pool's in use. */
+static void test_ladder_leaves_a_pool_in_use_alone(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "limit:22MiB");
+    tide_pool_id pool;
+    CHECK_OK(tide_pool_create(f.t, &pool));
+    void *p, *q = (void *)1;
+    CHECK_OK(tide_malloc_pool(f.t, 4 * MIB, 0, pool, &p)); /* a 20 MiB segment of the pool's */
+    CHECK_OK(tide_free(f.t, p));
+    size_t kept = pool_reserved(f.t, pool);
+    CHECK(kept == 20 * MIB);
+    CHECK_STATUS(tide_malloc(f.t, 4 * MIB, 0, &q), TIDE_ENOMEM);
+    CHECK(pool_reserved(f.t, pool) == kept);
+    CHECK_OK(tide_malloc_pool(f.t, 4 * MIB, 0, pool, &p)); /* still there for the pool */
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_pool_release(f.t, pool));
+    CHECK_OK(tide_malloc(f.t, 4 * MIB, 0, &q)); /* released: the ladder may take it now */
+    CHECK(pool_reserved(f.t, pool) == 0);
+    CHECK_OK(tide_free(f.t, q));
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
+/* A pool's block held by the device waits, PENDING, inside the pool. */
+static void test_pending_frees_inside_a_pool(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_pool_id pool;
+    CHECK_OK(tide_pool_create(f.t, &pool));
+    void *p, *q;
+    CHECK_OK(tide_malloc_pool(f.t, 2 * MIB, 0, pool, &p));
+    CHECK_OK(tide_retain(f.t, p));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 1);
+    CHECK_OK(tide_malloc_pool(f.t, 2 * MIB, 0, pool, &q));
+    CHECK(q != p); /* still held */
+    CHECK_OK(tide_release(f.t, p));
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 0);
+    void *r;
+    CHECK_OK(tide_malloc_pool(f.t, 2 * MIB, 0, pool, &r));
+    CHECK(r == p);
+    CHECK_OK(tide_free(f.t, q));
+    CHECK_OK(tide_free(f.t, r));
+    CHECK_OK(tide_pool_release(f.t, pool));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(reserved_of(f.t) == 0);
+    fixture_close(&f);
+}
+
+/* During a capture: no fence query, fence record, synchronize or release reaches the device. A block
+ * used by another stream and freed during the capture is recorded when it ends, and drains after. */
+static void test_capture_asks_the_device_nothing_it_forbids(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream capture, side;
+    CHECK_OK(tide_sim_stream_create(f.sim, &capture));
+    CHECK_OK(tide_sim_stream_create(f.sim, &side));
+    /* Before: a pending block whose fence is recorded, and cached memory outside the pool. */
+    void *old, *cached;
+    CHECK_OK(tide_malloc(f.t, 1000, capture, &old));
+    CHECK_OK(tide_record_stream(f.t, old, side));
+    CHECK_OK(tide_sim_enqueue(f.sim, side, 20000, NULL, NULL));
+    CHECK_OK(tide_free(f.t, old));
+    CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &cached));
+    CHECK_OK(tide_free(f.t, cached));
+
+    tide_pool_id pool;
+    CHECK_OK(tide_pool_create(f.t, &pool));
+    tide_sim_counters before = counters(f.sim);
+    CHECK_OK(tide_capture_begin(f.t));
+    void *a, *b, *c;
+    CHECK_OK(tide_malloc_pool(f.t, 1 * MIB, capture, pool, &a));
+    CHECK_OK(tide_record_stream(f.t, a, side));
+    CHECK_OK(tide_free(f.t, a)); /* PENDING: its fence waits for the capture's end */
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 2);
+    CHECK_OK(tide_malloc_pool(f.t, 1 * MIB, capture, pool, &b));
+    CHECK(b != a);
+    CHECK_OK(tide_malloc(f.t, 1000, capture, &c)); /* drains nothing: no fence is queried */
+    CHECK_STATUS(tide_empty_cache(f.t, NULL), TIDE_EBUSY);
+    CHECK_MESSAGE("during a graph capture");
+    CHECK_STATUS(tide_trim(f.t, 0, NULL), TIDE_EBUSY);
+    CHECK_OK(tide_set_limit(f.t, 4 * MIB)); /* lower than what is reserved: nothing released now */
+    CHECK_OK(tide_check(f.t));
+    tide_sim_counters during = counters(f.sim);
+    CHECK(during.calls[TIDE_SIM_FENCE_QUERY] == before.calls[TIDE_SIM_FENCE_QUERY]);
+    CHECK(during.calls[TIDE_SIM_FENCE_RECORD] == before.calls[TIDE_SIM_FENCE_RECORD]);
+    CHECK(during.calls[TIDE_SIM_SYNCHRONIZE] == before.calls[TIDE_SIM_SYNCHRONIZE]);
+    CHECK(during.calls[TIDE_SIM_RELEASE] == before.calls[TIDE_SIM_RELEASE]);
+    CHECK(during.calls[TIDE_SIM_RESERVE] > before.calls[TIDE_SIM_RESERVE]); /* growing is allowed */
+    CHECK_OK(tide_capture_end(f.t));
+    CHECK(counters(f.sim).calls[TIDE_SIM_FENCE_RECORD] == before.calls[TIDE_SIM_FENCE_RECORD] + 1);
+    CHECK_OK(tide_set_limit(f.t, 80 * GIB));
+    CHECK_OK(tide_sim_synchronize(f.sim));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 0);
+    void *again;
+    CHECK_OK(tide_malloc_pool(f.t, 1 * MIB, capture, pool, &again));
+    CHECK(again == a); /* drained, inside the pool */
+    CHECK_OK(tide_free(f.t, again));
+    CHECK_OK(tide_free(f.t, b));
+    CHECK_OK(tide_free(f.t, c));
+    CHECK_OK(tide_pool_release(f.t, pool));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(reserved_of(f.t) == 0);
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
+/* Out of room during a capture: TIDE_ENOMEM without synchronizing or releasing. */
+static void test_capture_out_of_memory_skips_the_ladder(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "limit:24MiB");
+    void *cached, *p = (void *)1;
+    CHECK_OK(tide_malloc(f.t, 4 * MIB, 0, &cached));
+    CHECK_OK(tide_free(f.t, cached)); /* 20 MiB cached: the ladder would release it */
+    tide_pool_id pool;
+    CHECK_OK(tide_pool_create(f.t, &pool));
+    tide_sim_counters before = counters(f.sim);
+    CHECK_OK(tide_capture_begin(f.t));
+    CHECK_OK(tide_capture_begin(f.t)); /* captures nest */
+    CHECK_STATUS(tide_malloc_pool(f.t, 8 * MIB, 0, pool, &p), TIDE_ENOMEM);
+    CHECK(p == NULL);
+    tide_sim_counters during = counters(f.sim);
+    CHECK(during.calls[TIDE_SIM_SYNCHRONIZE] == before.calls[TIDE_SIM_SYNCHRONIZE]);
+    CHECK(during.calls[TIDE_SIM_RELEASE] == before.calls[TIDE_SIM_RELEASE]);
+    CHECK_OK(tide_capture_end(f.t));
+    CHECK_STATUS(tide_empty_cache(f.t, NULL), TIDE_EBUSY); /* one capture is still underway */
+    CHECK_OK(tide_capture_end(f.t));
+    CHECK_OK(tide_malloc_pool(f.t, 8 * MIB, 0, pool, &p)); /* now the ladder may release the cache */
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_pool_release(f.t, pool));
+    fixture_close(&f);
+}
+
+/* tide_destroy with a capture never ended and a block waiting for it: everything goes back. */
+static void test_destroy_during_a_capture(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream side;
+    CHECK_OK(tide_sim_stream_create(f.sim, &side));
+    tide_pool_id pool;
+    CHECK_OK(tide_pool_create(f.t, &pool));
+    CHECK_OK(tide_capture_begin(f.t));
+    void *p;
+    CHECK_OK(tide_malloc_pool(f.t, 4096, 0, pool, &p));
+    CHECK_OK(tide_record_stream(f.t, p, side));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_destroy(f.t));
+    f.t = NULL;
+    CHECK(counters(f.sim).held_bytes == 0 && counters(f.sim).live_fences == 0);
+    fixture_close(&f);
+}
+
+/* The snapshot names each segment's pool. */
+static void test_snapshot_names_the_pool(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_pool_id pool;
+    CHECK_OK(tide_pool_create(f.t, &pool));
+    void *p;
+    CHECK_OK(tide_malloc_pool(f.t, 4096, 0, pool, &p));
+    char *json = NULL, want[64];
+    CHECK_OK(tide_snapshot_json(f.t, &json));
+    snprintf(want, sizeof want, "\"private_pool\": %llu", (unsigned long long)pool);
+    CHECK(json && strstr(json, want));
+    tide_string_free(json);
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_pool_release(f.t, pool));
+    fixture_close(&f);
+}
+
+int main(void)
+{
+    RUN(test_pool_memory_is_kept_apart);
+    RUN(test_pool_memory_goes_back_once_released);
+    RUN(test_use_count_and_bad_ids);
+    RUN(test_ladder_leaves_a_pool_in_use_alone);
+    RUN(test_pending_frees_inside_a_pool);
+    RUN(test_capture_asks_the_device_nothing_it_forbids);
+    RUN(test_capture_out_of_memory_skips_the_ladder);
+    RUN(test_destroy_during_a_capture);
+    RUN(test_snapshot_names_the_pool);
+    return HARNESS_EXIT();
+}
