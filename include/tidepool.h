@@ -396,6 +396,10 @@ TIDE_API tide_status tide_pool_memory(tide_allocator *t, tide_pool_id pool, size
 /* tide_malloc from pool's own segments. A released pool (use count 0) refuses with TIDE_EINVAL. */
 TIDE_API tide_status tide_malloc_pool(tide_allocator *t, size_t size, tide_stream stream, tide_pool_id pool,
                                       void **out);
+/* The segment (one reservation from the device) that holds the ACTIVE or PENDING block at ptr: what
+ * CUDA IPC shares (cuIpcGetMemHandle takes a reservation's base). */
+TIDE_API tide_status tide_segment_of(tide_allocator *t, void *ptr, uintptr_t *base, size_t *size);
+
 /* The pool the block at ptr belongs to (0: none), for any ACTIVE or PENDING block. */
 TIDE_API tide_status tide_pool_of(tide_allocator *t, void *ptr, tide_pool_id *out);
 

@@ -43,7 +43,7 @@ setup(
     version=header_version(),
     description="A caching allocator for GPU device memory (PyTorch and CuPy integrations)",
     packages=["tidepool"],
-    package_data={"tidepool": ["_torch_shim.cpp"]},
+    package_data={"tidepool": ["_torch_allocator.cpp"]},
     cmdclass={"build_py": BuildWithLibrary},
     python_requires=">=3.8",
 )

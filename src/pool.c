@@ -203,6 +203,22 @@ tide_status tide_pool_of(tide_allocator *t, void *ptr, tide_pool_id *out)
     return TIDE_OK;
 }
 
+tide_status tide_segment_of(tide_allocator *t, void *ptr, uintptr_t *base, size_t *size)
+{
+    CHECK_ALLOCATOR(t);
+    struct heap *h;
+    struct block *b;
+    tide_status s = allocator_locate(t, ptr, "tide_segment_of", &h, &b);
+    if (s != TIDE_OK)
+        return s;
+    if (base)
+        *base = b->seg->base;
+    if (size)
+        *size = b->seg->size;
+    heap_unlock(h);
+    return TIDE_OK;
+}
+
 /* ---- graph capture ----------------------------------------------------------------------------------- */
 
 tide_status tide_capture_begin(tide_allocator *t)

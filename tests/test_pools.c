@@ -36,6 +36,11 @@ static void test_pool_memory_is_kept_apart(void)
     tide_pool_id of = 0;
     CHECK_OK(tide_pool_of(f.t, p, &of));
     CHECK(of == pool);
+    uintptr_t base = 0;
+    size_t seg_size = 0;
+    CHECK_STATUS(tide_segment_of(f.t, (char *)p + 100, &base, &seg_size), TIDE_EINVAL); /* not a block */
+    CHECK_OK(tide_segment_of(f.t, p, &base, &seg_size));
+    CHECK(base <= (uintptr_t)p && (uintptr_t)p + 4 * MIB <= base + seg_size);
     size_t reserved = pool_reserved(f.t, pool);
     CHECK(reserved >= 4 * MIB);
     CHECK_OK(tide_free(f.t, p));

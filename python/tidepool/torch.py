@@ -34,8 +34,8 @@ def _build_shim():
 
     library = os.path.abspath(_lib.library_path())
     return cpp_extension.load(
-        name="tidepool_torch_shim",
-        sources=[os.path.join(_HERE, "_torch_shim.cpp")],
+        name="tidepool_torch_allocator",
+        sources=[os.path.join(_HERE, "_torch_allocator.cpp")],
         extra_include_paths=[_lib.include_dir()],
         extra_ldflags=[library, "-Wl,-rpath," + os.path.dirname(library)],
         with_cuda=True,
@@ -109,13 +109,16 @@ def max_memory_reserved(device=None):
 
 
 def reset_peak_memory_stats(device=None):
-    _require().reset_peak_stats(_device_index(device))
+    """torch.cuda.reset_peak_memory_stats: tidepool is torch's allocator, so torch's own call works."""
+    _require()
+    torch.cuda.reset_peak_memory_stats(device)
 
 
 def empty_cache():
-    """Same as torch.cuda.empty_cache() once enabled: synchronize, drain pending frees, release every
-    wholly free segment of every device."""
-    _require().empty_cache()
+    """torch.cuda.empty_cache(): synchronize, drain pending frees, release every wholly free segment of
+    every device."""
+    _require()
+    torch.cuda.empty_cache()
 
 
 def check(device=None):

@@ -105,6 +105,8 @@ static struct driver {
     CUresult (*MemUnmap)(CUdeviceptr, size_t);
     CUresult (*MemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
     CUresult (*DeviceCanAccessPeer)(int *, CUdevice, CUdevice);
+    /* graph capture: a reservation made while a stream is capturing (CUDA 10.1 and later) */
+    CUresult (*ThreadExchangeStreamCaptureMode)(int *);
 } cu;
 
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
@@ -165,6 +167,7 @@ static void load_driver(void)
         OPTIONAL(MemUnmap, "cuMemUnmap"),
         OPTIONAL(MemSetAccess, "cuMemSetAccess"),
         OPTIONAL(DeviceCanAccessPeer, "cuDeviceCanAccessPeer"),
+        OPTIONAL(ThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode"),
 #undef SYMBOL
 #undef OPTIONAL
     };
@@ -275,11 +278,21 @@ static void leave(bool pushed)
         leave(pushed_);                                                                            \
     } while (0)
 
+/* CU_STREAM_CAPTURE_MODE_RELAXED: this thread may make calls a capture would otherwise refuse. */
+enum { CAPTURE_MODE_RELAXED = 2 };
+
 static tide_status cuda_reserve(void *ctx, size_t size, uintptr_t *out)
 {
     CUdeviceptr p = 0;
     CUresult r;
+    /* A segment reserved while some stream is capturing a graph (tide_capture_begin): cuMemAlloc is
+     * not work on a stream, but a capture in global mode refuses it unless this thread relaxes its
+     * mode around the call, as PyTorch's own allocator does. */
+    int mode = CAPTURE_MODE_RELAXED;
+    bool relaxed = cu.ThreadExchangeStreamCaptureMode && cu.ThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
     IN_CONTEXT(ctx, r, cu.MemAlloc(&p, size));
+    if (relaxed)
+        cu.ThreadExchangeStreamCaptureMode(&mode);
     if (r != CUDA_SUCCESS)
         return driver_failed(r, "cuMemAlloc");
     *out = (uintptr_t)p;
