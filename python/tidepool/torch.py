@@ -6,12 +6,15 @@
 
     ... train ...
     torch.cuda.empty_cache()                 # empties tidepool's cache: synchronize, drain, release
-    print(tidepool.torch.memory_summary())   # PyTorch's own memory_stats() raises for a pluggable
-                                             # allocator; these come from tidepool
+    print(torch.cuda.memory_summary())       # PyTorch's own memory API works: tidepool is its allocator
 
-tensor.record_stream(s) tells tidepool that stream s uses the tensor's memory, which then stays pending
-after the tensor dies until s is done with it. torch.cuda.set_per_process_memory_fraction sets
-tidepool's limit. Running out of memory raises torch.cuda.OutOfMemoryError with tidepool's report.
+tidepool is installed as a CUDAAllocator of its own (_torch_allocator.cpp), so torch.cuda's memory API,
+CUDA graphs, torch.compile's cudagraph trees, MemPool and IPC work as with PyTorch's allocator.
+tensor.record_stream(s) keeps a freed tensor's memory pending until s is done with it;
+torch.cuda.set_per_process_memory_fraction sets tidepool's limit; running out of memory raises
+torch.cuda.OutOfMemoryError with tidepool's report. The functions below add tidepool's own views:
+its statistics with pending frees (memory_stats), its history of every event, traces for `tidepool
+replay`, and leak reports.
 """
 
 import collections

@@ -4,7 +4,7 @@ Each feature runs in a fresh process twice: under PyTorch's native allocator (th
 tidepool (tidepool.torch.enable() right after `import torch`). A feature passes when its script exits 0;
 each script asserts what it checks. Prints one table, writes it as JSON with --json PATH.
 
-    python3 tests/gpu/torch_compat.py [--json PATH] [--only NAME,NAME] [--jobs N]
+    python3 tests/gpu/test_torch_compat.py [--json PATH] [--only NAME,NAME] [--jobs N]
 
 Exit status: 0 when every feature that passes natively passes under tidepool, 1 otherwise, 77 (skipped)
 where there is no GPU or no PyTorch.
