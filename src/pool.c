@@ -33,6 +33,19 @@ static tide_status unknown_pool(const char *verb, tide_pool_id id)
                       verb, (unsigned long long)id);
 }
 
+/* The pool id names, if it is still in use (use count above 0). Under heaps_lock. */
+static tide_status live_pool(tide_allocator *t, tide_pool_id id, const char *verb, struct private_pool **out)
+{
+    struct private_pool *p = find_pool(t, id);
+    if (!p)
+        return unknown_pool(verb, id);
+    if (p->use_count == 0)
+        return tide__fail(TIDE_EINVAL, "%s: pool %llu was released (its use count reached 0)", verb,
+                          (unsigned long long)id);
+    *out = p;
+    return TIDE_OK;
+}
+
 tide_status tide_pool_create(tide_allocator *t, tide_pool_id *out)
 {
     CHECK_ALLOCATOR(t);
@@ -63,16 +76,11 @@ tide_status tide_pool_retain(tide_allocator *t, tide_pool_id id)
 {
     CHECK_ALLOCATOR(t);
     pthread_mutex_lock(&t->heaps_lock);
-    struct private_pool *p = find_pool(t, id);
-    tide_status s = TIDE_OK;
-    if (!p)
-        s = unknown_pool("tide_pool_retain", id);
-    else if (p->use_count == 0)
-        s = tide__fail(TIDE_EINVAL, "tide_pool_retain: pool %llu was released (its use count reached 0)",
-                       (unsigned long long)id);
-    else if (p->use_count == UINT32_MAX)
+    struct private_pool *p = NULL;
+    tide_status s = live_pool(t, id, "tide_pool_retain", &p);
+    if (s == TIDE_OK && p->use_count == UINT32_MAX)
         s = tide__fail(TIDE_EINVAL, "tide_pool_retain: pool %llu has too many uses", (unsigned long long)id);
-    else
+    else if (s == TIDE_OK)
         p->use_count++;
     pthread_mutex_unlock(&t->heaps_lock);
     return s;
@@ -83,14 +91,9 @@ tide_status tide_pool_release(tide_allocator *t, tide_pool_id id)
     CHECK_ALLOCATOR(t);
     pthread_mutex_lock(&t->pressure); /* keeps_memory is read by the release paths under it */
     pthread_mutex_lock(&t->heaps_lock);
-    struct private_pool *p = find_pool(t, id);
-    tide_status s = TIDE_OK;
-    if (!p)
-        s = unknown_pool("tide_pool_release", id);
-    else if (p->use_count == 0)
-        s = tide__fail(TIDE_EINVAL, "tide_pool_release: pool %llu was released already",
-                       (unsigned long long)id);
-    else if (--p->use_count == 0)
+    struct private_pool *p = NULL;
+    tide_status s = live_pool(t, id, "tide_pool_release", &p);
+    if (s == TIDE_OK && --p->use_count == 0)
         for (uint32_t i = 0; i < p->nheaps; i++)
             p->heaps[i]->keeps_memory = false;
     pthread_mutex_unlock(&t->heaps_lock);
@@ -172,15 +175,10 @@ tide_status tide_malloc_pool(tide_allocator *t, size_t size, tide_stream stream,
         return tide__fail(TIDE_EINVAL, "tide_malloc_pool: out is NULL");
     *out = NULL;
     pthread_mutex_lock(&t->heaps_lock);
-    struct private_pool *p = find_pool(t, id);
+    struct private_pool *p = NULL;
     struct heap *h = NULL;
-    tide_status s;
-    if (!p)
-        s = unknown_pool("tide_malloc_pool", id);
-    else if (p->use_count == 0)
-        s = tide__fail(TIDE_EINVAL, "tide_malloc_pool: pool %llu was released (its use count reached 0) "
-                       "and takes no new allocation", (unsigned long long)id);
-    else
+    tide_status s = live_pool(t, id, "tide_malloc_pool", &p); /* a released pool takes no allocation */
+    if (s == TIDE_OK)
         s = pool_heap(t, p, stream, &h);
     pthread_mutex_unlock(&t->heaps_lock);
     if (s != TIDE_OK)

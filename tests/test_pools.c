@@ -112,7 +112,7 @@ static void test_use_count_and_bad_ids(void)
     CHECK_OK(tide_pool_use_count(f.t, a, &n));
     CHECK(n == 0);
     CHECK_STATUS(tide_pool_release(f.t, a), TIDE_EINVAL);
-    CHECK_MESSAGE("released already");
+    CHECK_MESSAGE("was released");
     CHECK_STATUS(tide_pool_retain(f.t, a), TIDE_EINVAL);
     CHECK_STATUS(tide_pool_use_count(f.t, 999, &n), TIDE_EINVAL);
     CHECK_MESSAGE("never created");
