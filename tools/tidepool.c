@@ -628,13 +628,13 @@ static int read_flat_json(const char *text, struct stat_entry *out, int cap, cha
         p = end + 1;
         skip_space(&p);
         if (*p != ':') {
-            snprintf(err, errcap, "at byte %ld: expected ':' after \"%s\"", (long)(p - text), out[n].key);
+            snprintf(err, errcap, "at byte %ld: expected ':' after \"%.64s\"", (long)(p - text), out[n].key);
             return -1;
         }
         p++;
         skip_space(&p);
         if (!json_number(&p, &out[n].value)) {
-            snprintf(err, errcap, "at byte %ld: the value of \"%s\" is not a number a statistic can have "
+            snprintf(err, errcap, "at byte %ld: the value of \"%.64s\" is not a number a statistic can have "
                      "(a finite JSON number within 64 bits)", (long)(p - text), out[n].key);
             return -1;
         }
@@ -643,7 +643,7 @@ static int read_flat_json(const char *text, struct stat_entry *out, int cap, cha
         if (*p == '}')
             return n;
         if (*p != ',') {
-            snprintf(err, errcap, "at byte %ld: expected ',' or '}' after the value of \"%s\"",
+            snprintf(err, errcap, "at byte %ld: expected ',' or '}' after the value of \"%.64s\"",
                      (long)(p - text), out[n - 1].key);
             return -1;
         }
