@@ -173,6 +173,12 @@ static void *worker_run(void *arg)
             break;
         case 1: { /* a kernel uses it and releases it when done; free it now */
             struct ref_kernel *k = malloc(sizeof *k);
+            if (!k) {
+                fprintf(stderr, "thread %d: out of host memory\n", w->index);
+                atomic_fetch_add(&sh->errors, 1);
+                tide_free(t, p);
+                break;
+            }
             *k = (struct ref_kernel){t, p, size, tag, sh};
             tide_retain(t, p);
             tide_sim_enqueue(sh->f.sim, sh->own[(w->index + 1) % THREADS], (uint32_t)(r % 50), kernel_run, k);
@@ -241,7 +247,11 @@ static void test_threads_on_streams(void)
     struct shared *sh = calloc(1, sizeof *sh);
     const char *env = getenv("TIDE_THREAD_OPS");
     sh->ops_per_thread = env && *env ? strtoul(env, NULL, 10) : 20000;
-    fixture_open(&sh->f, 0, getenv("TIDE_THREADS_CONF")); /* e.g. expandable_segments:True */
+    /* TIDE_THREADS_DEVICE_GIB: a smaller simulated device, whose address ranges (one per stream with
+     * expandable segments, as large as the device) fit in valgrind's address space. */
+    const char *gib = getenv("TIDE_THREADS_DEVICE_GIB");
+    uint64_t device = gib && *gib ? (uint64_t)strtoul(gib, NULL, 10) << 30 : 0;
+    fixture_open(&sh->f, device, getenv("TIDE_THREADS_CONF")); /* e.g. expandable_segments:True */
     pthread_mutex_init(&sh->lock, NULL);
     for (int i = 0; i < THREADS; i++)
         CHECK_OK(tide_sim_stream_create(sh->f.sim, &sh->own[i]));
