@@ -26,7 +26,6 @@ static HOT_THREAD_LOCAL struct {
     struct heap *heap;
 } last_heap;
 
-
 /* ---- debug checking ------------------------------------------------------------------------------- */
 
 void allocator_lock_all(tide_allocator *t)

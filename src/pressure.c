@@ -376,6 +376,40 @@ static tide_status out_of_memory(tide_allocator *t, struct heap *h, size_t round
         format_bytes((uint64_t)w.idle, rel), oom_hint(t, smallest_segment, known, dev_free, &w));
 }
 
+/* Steps 1 to 3 of the ladder, under the pressure lock (let go and taken again around the wait). */
+static tide_status climb_ladder(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
+                                size_t requested, struct block **b)
+{
+    /* 1: drain what the device has finished with */
+    poll_all(t);
+    tide_status s = TIDE_OK;
+    *b = retry_fit(h, pool, rounded, requested, &s);
+    if (!*b && s == TIDE_OK)
+        s = grow(t, h, pool, rounded, requested, b);
+    /* 2: give back every wholly free segment (and, expandable, every free page) */
+    if (!*b && s == TIDE_ENOMEM) {
+        release_all_cached(t, NULL);
+        s = grow(t, h, pool, rounded, requested, b);
+    }
+    /* 3: wait for the device, then drain and give back again. The wait is made with no lock held: a
+     * completion callback it waits for may need the pressure lock (docs/design.md). A capture may
+     * begin meanwhile: then nothing is given back. */
+    if (!*b && s == TIDE_ENOMEM) {
+        settle_and_unlock(t);
+        uint64_t seq;
+        tide_status synced = device_synchronize(t, &seq);
+        pthread_mutex_lock(&t->pressure);
+        drain_after_synchronize(t, seq, synced);
+        if (!atomic_load(&t->captures))
+            release_all_cached(t, NULL);
+        s = TIDE_OK;
+        *b = retry_fit(h, pool, rounded, requested, &s);
+        if (!*b && s == TIDE_OK)
+            s = grow(t, h, pool, rounded, requested, b);
+    }
+    return s;
+}
+
 tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
                             size_t requested, struct block **out)
 {
@@ -385,39 +419,12 @@ tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind po
     struct block *b = retry_fit(h, pool, rounded, requested, &s);
     if (!b && s == TIDE_OK)
         s = grow(t, h, pool, rounded, requested, &b);
-    /* During a graph capture the ladder's steps (fence queries, releases, a synchronize) are not
-     * allowed: what grow could not find is out of memory. */
-    if (!b && s == TIDE_ENOMEM && atomic_load(&t->captures)) {
+    if (!b && s == TIDE_ENOMEM) {
         t->num_alloc_retries++;
-        s = out_of_memory(t, h, rounded, requested);
-    }
-    if (!b && s == TIDE_ENOMEM && !atomic_load(&t->captures)) {
-        t->num_alloc_retries++;
-        /* 1: drain what the device has finished with */
-        poll_all(t);
-        s = TIDE_OK;
-        b = retry_fit(h, pool, rounded, requested, &s);
-        if (!b && s == TIDE_OK)
-            s = grow(t, h, pool, rounded, requested, &b);
-        /* 2: give back every wholly free segment (and, expandable, every free page) */
-        if (!b && s == TIDE_ENOMEM) {
-            release_all_cached(t, NULL);
-            s = grow(t, h, pool, rounded, requested, &b);
-        }
-        /* 3: wait for the device, then drain and give back again. The wait is made with no lock
-         * held: a completion callback it waits for may need the pressure lock (docs/design.md). */
-        if (!b && s == TIDE_ENOMEM) {
-            settle_and_unlock(t);
-            uint64_t seq;
-            tide_status synced = device_synchronize(t, &seq);
-            pthread_mutex_lock(&t->pressure);
-            drain_after_synchronize(t, seq, synced);
-            release_all_cached(t, NULL);
-            s = TIDE_OK;
-            b = retry_fit(h, pool, rounded, requested, &s);
-            if (!b && s == TIDE_OK)
-                s = grow(t, h, pool, rounded, requested, &b);
-        }
+        /* During a graph capture the ladder's steps (fence queries, releases, a synchronize) are not
+         * allowed: what grow could not find is out of memory. */
+        if (!atomic_load(&t->captures))
+            s = climb_ladder(t, h, pool, rounded, requested, &b);
         if (!b && s == TIDE_ENOMEM)
             s = out_of_memory(t, h, rounded, requested);
     }
