@@ -555,13 +555,14 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
                           c10::getApproximateTime(), ctx);
         for (auto &tracker : trackers_)
             tracker(e);
+        // Only while recording: record_free, which forgets these, runs only then.
+        if (!recording_.load(std::memory_order_relaxed))
+            return;
         std::lock_guard<std::mutex> g(history_lock_);
         if (action == cda::TraceEntry::ALLOC) {
             contexts_[reinterpret_cast<void *>(addr)] = ctx;
             sizes_[reinterpret_cast<void *>(addr)] = {device, size};
         }
-        if (!recording_.load(std::memory_order_relaxed))
-            return;
         trace_.push_back(std::move(e));
         while (trace_.size() > max_entries_)
             trace_.pop_front();
