@@ -403,6 +403,33 @@ TIDE_API tide_status tide_segment_of(tide_allocator *t, void *ptr, uintptr_t *ba
 /* The pool the block at ptr belongs to (0: none), for any ACTIVE or PENDING block. */
 TIDE_API tide_status tide_pool_of(tide_allocator *t, void *ptr, tide_pool_id *out);
 
+/* Checkpoints of a pool: which of its blocks are allocated, and a way back to exactly that. This is
+ * what PyTorch's cudagraph trees need to record a new graph after replaying others: the pool must hold
+ * precisely the tensors still alive, at their addresses, whatever was allocated in it since. */
+typedef struct {
+    uintptr_t ptr;          /* what tide_malloc_pool returned */
+    size_t size;            /* the bytes tidepool holds for it (requested, rounded up, or more) */
+    size_t requested;       /* what the caller asked for */
+    tide_stream stream;     /* the stream it was allocated on */
+} tide_pool_block;
+
+/* The pool's ACTIVE blocks, by address: the first min(cap, their number) written to blocks (which may
+ * be NULL when cap is 0), their number in *count. PENDING blocks (freed, waiting for the device) are
+ * not listed: they are no longer allocated. */
+TIDE_API tide_status tide_pool_blocks(tide_allocator *t, tide_pool_id pool, tide_pool_block *blocks,
+                                      size_t cap, size_t *count);
+/* Puts the pool back to a checkpoint: every block allocated in it now is freed, tidepool waits for
+ * the device if any of them waits for it (a synchronize), and then exactly blocks[0..n) are allocated
+ * again, each at its own address, in the state tide_pool_blocks reported (their contents are not
+ * touched). blocks must be a list tide_pool_blocks gave for this pool, in its order; n may be 0.
+ * The caller makes no other allocation in the pool meanwhile. Refuses, changing nothing, for a block
+ * that lies outside the pool's segments, blocks out of order or overlapping, a released pool
+ * (TIDE_EINVAL) and during a graph capture (TIDE_EBUSY). If a block's memory is still held once the
+ * frees are done (a tide_retain not yet released), the blocks before it stay restored, the rest are
+ * not, and TIDE_EBUSY names it. */
+TIDE_API tide_status tide_pool_restore(tide_allocator *t, tide_pool_id pool, const tide_pool_block *blocks,
+                                       size_t n);
+
 /* Graph capture. Between tide_capture_begin and the matching tide_capture_end (they nest, one pair per
  * capture on the device) the device may not be asked anything that a stream capture forbids: tidepool
  * queries no fence, synchronizes nothing and releases no memory to the device. A block freed meanwhile

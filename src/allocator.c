@@ -360,13 +360,14 @@ __attribute__((noinline)) static tide_status locate(tide_allocator *t, uintptr_t
  * zeroes it (scrub), then writes the canaries before and after the requested bytes (guard). If the
  * device fails, the block goes back to the cache and the allocation fails. */
 __attribute__((noinline)) static tide_status prepare_block(tide_allocator *t, struct heap *h,
-                                                           struct block *b)
+                                                           struct block *b, bool scrub,
+                                                           const char *verb)
 {
     const tide_backend *be = &t->backend;
     uintptr_t user = b->addr + t->guard, end = b->addr + b->size;
     tide_status s = TIDE_OK;
     tide__clear_backend_message();
-    if (t->conf.scrub)
+    if (scrub)
         s = be->fill(be->ctx, user, end - user, 0, h->stream);
     if (s == TIDE_OK && t->guard)
         s = be->fill(be->ctx, b->addr, t->guard, TIDE_GUARD_BYTE, h->stream);
@@ -374,13 +375,18 @@ __attribute__((noinline)) static tide_status prepare_block(tide_allocator *t, st
         s = be->fill(be->ctx, user + b->requested, end - user - b->requested, TIDE_GUARD_BYTE, h->stream);
     if (s == TIDE_OK)
         return TIDE_OK;
-    tide_status failed = tide__fail_with_context(s, "tide_malloc: %s the block on the %s device",
-                                                 t->conf.scrub ? "scrubbing" : "writing the guard of",
+    tide_status failed = tide__fail_with_context(s, "%s: %s the block on the %s device", verb,
+                                                 scrub ? "scrubbing" : "writing the guard of",
                                                  be->name);
     heap_lock(h);
     lifecycle_free(h, b, NULL);
     heap_unlock(h);
     return failed;
+}
+
+tide_status allocator_write_guards(tide_allocator *t, struct heap *h, struct block *b)
+{
+    return prepare_block(t, h, b, false, "tide_pool_restore");
 }
 
 /* Checks a block's canaries (guard), waiting for its stream. TIDE_ECORRUPT says where it was broken. */
@@ -478,7 +484,7 @@ static inline __attribute__((always_inline)) tide_status malloc_on_heap(tide_all
         }
     }
     /* A block that fails here is freed again: its free event follows its alloc event. */
-    if (b && TIDE_UNLIKELY(t->conf.scrub || t->guard) && (s = prepare_block(t, h, b)) != TIDE_OK)
+    if (b && TIDE_UNLIKELY(t->conf.scrub || t->guard) && (s = prepare_block(t, h, b, t->conf.scrub, "tide_malloc")) != TIDE_OK)
         b = NULL;
     if (b)
         *out = (void *)(b->addr + t->guard);

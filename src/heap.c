@@ -260,6 +260,74 @@ struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded,
     return heap_take_block(h, b, rounded, requested, status);
 }
 
+struct block *heap_take_at(struct heap *h, struct block *b, uintptr_t addr, size_t size, size_t requested,
+                          tide_status *status)
+{
+    struct free_index *fi = heap_free_index(h, b->seg->pool);
+    uintptr_t end = b->addr + b->size;
+    bool below = addr > b->addr, above = addr + size < end;
+    /* Block structs first, the only step besides the pointer map's that can fail. */
+    struct block *taken = below ? block_new(h) : b;
+    struct block *rest = above ? block_new(h) : NULL;
+    if (!taken || (above && !rest)) {
+        if (taken && taken != b)
+            block_recycle(h, taken);
+        if (rest)
+            block_recycle(h, rest);
+        *status = tide__fail(TIDE_EHOSTMEM, "out of host memory for a block");
+        return NULL;
+    }
+    if (below) { /* b keeps what lies below addr, FREE */
+        free_index_remove(fi, b);
+        taken->seg = b->seg;
+        taken->addr = addr;
+        taken->size = end - addr;
+        taken->state = BLOCK_FREE;
+        taken->prev = b;
+        taken->next = b->next;
+        link_prev(h, b->next, taken);
+        b->next = taken;
+        b->size = addr - b->addr;
+        free_index_insert(fi, b);
+        free_index_insert(fi, taken);
+    }
+    if (above) { /* split here, whatever worth_splitting would say: the next restored block may lie there */
+        free_index_remove(fi, taken);
+        rest->seg = taken->seg;
+        rest->addr = addr + size;
+        rest->size = end - rest->addr;
+        rest->state = BLOCK_FREE;
+        rest->prev = taken;
+        rest->next = taken->next;
+        link_prev(h, taken->next, rest);
+        taken->next = rest;
+        taken->size = size;
+        free_index_insert(fi, taken);
+        free_index_insert(fi, rest);
+    }
+    struct block *got = heap_take_block(h, taken, size, requested, status);
+    if (got)
+        return got;
+    /* The pointer map could not grow: merge the pieces back, as they were. */
+    free_index_remove(fi, taken);
+    if (rest) {
+        free_index_remove(fi, rest);
+        taken->size += rest->size;
+        taken->next = rest->next;
+        link_prev(h, rest->next, taken);
+        block_recycle(h, rest);
+    }
+    if (below) {
+        free_index_remove(fi, b);
+        b->size += taken->size;
+        b->next = taken->next;
+        link_prev(h, taken->next, b);
+        block_recycle(h, taken);
+    }
+    free_index_insert(fi, b);
+    return NULL;
+}
+
 void heap_adopt_free(struct heap *h, struct segment *seg, struct block *b)
 {
     b->seg = seg;

@@ -356,6 +356,10 @@ struct block *block_new(struct heap *h);
 void block_recycle(struct heap *h, struct block *b);
 void block_uses_clear(struct block *b);
 /* The block of h's segment seg that contains addr, by walking (slow; for messages). */
+/* Under h->lock: makes [addr, addr + size) of the FREE block b ACTIVE, exactly there: what lies below
+ * and above stays FREE, as blocks of their own (tide_pool_restore). On failure nothing changes. */
+struct block *heap_take_at(struct heap *h, struct block *b, uintptr_t addr, size_t size, size_t requested,
+                          tide_status *status);
 struct block *segment_block_at(struct segment *seg, uintptr_t addr);
 
 /* ---- lifecycle.c: ACTIVE -> PENDING -> FREE ------------------------------------------------------ */
@@ -466,6 +470,9 @@ tide_status report_leak_text(struct leak_groups *leaks, char **out, uint64_t *li
 tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out, void *site);
 /* tide_malloc from a given heap (a private pool's, pool.c); out is not NULL, size not yet checked. */
 tide_status allocator_malloc_in_heap(tide_allocator *t, struct heap *h, size_t size, void **out, void *site);
+/* The canaries of a block given back by tide_pool_restore (its contents are kept: no scrub). On a
+ * device failure the block is freed again. */
+tide_status allocator_write_guards(tide_allocator *t, struct heap *h, struct block *b);
 /* The heap and block of a user's pointer, the heap locked on TIDE_OK (verb names the caller). */
 tide_status allocator_locate(tide_allocator *t, void *ptr, const char *verb, struct heap **h,
                              struct block **b);

@@ -8,6 +8,7 @@
  */
 #include "internal.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,6 +216,233 @@ tide_status tide_segment_of(tide_allocator *t, void *ptr, uintptr_t *base, size_
         *size = b->seg->size;
     heap_unlock(h);
     return TIDE_OK;
+}
+
+/* ---- checkpoints --------------------------------------------------------------------------------------- */
+
+/* A copy of the pool's heaps, so that the table's lock need not be held while waiting for the device
+ * (a pool's heaps live as long as the allocator). Under heaps_lock. */
+struct pool_heaps {
+    uint32_t n;
+    struct heap *heaps[TIDE_POOL_MAX_STREAMS];
+};
+
+static tide_status heaps_of_pool(tide_allocator *t, tide_pool_id id, const char *verb, bool must_be_live,
+                                 struct pool_heaps *out)
+{
+    pthread_mutex_lock(&t->heaps_lock);
+    struct private_pool *p = NULL;
+    tide_status s = TIDE_OK;
+    if (must_be_live)
+        s = live_pool(t, id, verb, &p);
+    else if (!(p = find_pool(t, id)))
+        s = unknown_pool(verb, id);
+    if (s == TIDE_OK) {
+        out->n = p->nheaps;
+        memcpy(out->heaps, p->heaps, p->nheaps * sizeof *p->heaps);
+    }
+    pthread_mutex_unlock(&t->heaps_lock);
+    return s;
+}
+
+/* Appends the heap's ACTIVE blocks to blocks[] while there is room; counts all of them. Under h's lock. */
+static void list_active(tide_allocator *t, struct heap *h, tide_pool_block *blocks, size_t cap, size_t *count)
+{
+    for (struct segment *seg = h->segments; seg; seg = seg->next)
+        for (struct block *b = seg->first; b; b = b->next) {
+            if (b->state != BLOCK_ACTIVE)
+                continue;
+            if (*count < cap)
+                blocks[*count] = (tide_pool_block){.ptr = b->addr + t->guard, .size = b->size,
+                                                   .requested = b->requested, .stream = h->stream};
+            ++*count;
+        }
+}
+
+static int by_address(const void *a, const void *b)
+{
+    uintptr_t x = ((const tide_pool_block *)a)->ptr, y = ((const tide_pool_block *)b)->ptr;
+    return x < y ? -1 : x > y;
+}
+
+/* Every ACTIVE block of the pool, by address (n of them, in *out, malloc'd). Under the pressure lock,
+ * so the pool's segments do not change meanwhile. */
+static tide_status collect_active(tide_allocator *t, const struct pool_heaps *ph, tide_pool_block **out,
+                                  size_t *n)
+{
+    size_t cap = 0, count;
+    tide_pool_block *all = NULL;
+    for (;;) {
+        count = 0;
+        for (uint32_t i = 0; i < ph->n; i++) {
+            heap_lock(ph->heaps[i]);
+            list_active(t, ph->heaps[i], all, cap, &count);
+            heap_unlock(ph->heaps[i]);
+        }
+        if (count <= cap)
+            break;
+        free(all);
+        cap = count;
+        if (!(all = malloc(cap * sizeof *all)))
+            return tide__fail(TIDE_EHOSTMEM, "out of host memory listing a pool's blocks");
+    }
+    if (count > 1)
+        qsort(all, count, sizeof *all, by_address);
+    *out = all;
+    *n = count;
+    return TIDE_OK;
+}
+
+tide_status tide_pool_blocks(tide_allocator *t, tide_pool_id id, tide_pool_block *blocks, size_t cap,
+                             size_t *count)
+{
+    CHECK_ALLOCATOR(t);
+    if (!count || (cap && !blocks))
+        return tide__fail(TIDE_EINVAL, "tide_pool_blocks: %s is NULL", count ? "blocks" : "count");
+    struct pool_heaps ph;
+    tide_status s = heaps_of_pool(t, id, "tide_pool_blocks", false, &ph);
+    if (s != TIDE_OK)
+        return s;
+    pthread_mutex_lock(&t->pressure);
+    tide_pool_block *all = NULL;
+    size_t n = 0;
+    s = collect_active(t, &ph, &all, &n);
+    pthread_mutex_unlock(&t->pressure);
+    if (s != TIDE_OK)
+        return s;
+    if (n && cap)
+        memcpy(blocks, all, (n < cap ? n : cap) * sizeof *all);
+    free(all);
+    *count = n;
+    return TIDE_OK;
+}
+
+/* The pool's heap that owns addr, serving stream, if any; with its lock held. */
+static struct heap *owning_heap(tide_allocator *t, const struct pool_heaps *ph, uintptr_t addr,
+                                tide_stream stream, struct segment **seg_out)
+{
+    struct segment *seg = segment_map_find(&t->segmap, addr);
+    if (!seg)
+        return NULL;
+    struct heap *h = atomic_load_explicit(&seg->heap, memory_order_acquire);
+    for (uint32_t i = 0; i < ph->n; i++)
+        if (ph->heaps[i] == h && h->stream == stream) {
+            heap_lock(h);
+            /* Confirmed under the lock (the map's answer is a hint). */
+            if (atomic_load_explicit(&seg->heap, memory_order_relaxed) == h && addr >= seg->base &&
+                addr < seg->base + seg->size) {
+                *seg_out = seg;
+                return h;
+            }
+            heap_unlock(h);
+            return NULL;
+        }
+    return NULL;
+}
+
+/* Refuses a checkpoint that is not one of this pool's: out of order, overlapping, or outside the
+ * segments of the pool's heap for its stream. Under the pressure lock. */
+static tide_status check_checkpoint(tide_allocator *t, tide_pool_id id, const struct pool_heaps *ph,
+                                    const tide_pool_block *blocks, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const tide_pool_block *c = &blocks[i];
+        uintptr_t start = c->ptr - t->guard;
+        if (c->size == 0 || c->size % TIDE_UNIT || c->requested == 0 ||
+            c->requested > c->size - 2 * t->guard || c->ptr < t->guard)
+            return tide__fail(TIDE_EINVAL, "tide_pool_restore: block %zu (0x%" PRIxPTR ", %zu bytes for %zu "
+                              "requested) is not one tide_pool_blocks reports", i, c->ptr, c->size,
+                              c->requested);
+        if (i && blocks[i - 1].ptr - t->guard + blocks[i - 1].size > start)
+            return tide__fail(TIDE_EINVAL, "tide_pool_restore: block %zu (0x%" PRIxPTR ") is out of order "
+                              "or overlaps the one before it", i, c->ptr);
+        struct segment *seg;
+        struct heap *h = owning_heap(t, ph, start, c->stream, &seg);
+        bool inside = h && start + c->size <= seg->base + seg->size;
+        if (h)
+            heap_unlock(h);
+        if (!inside)
+            return tide__fail(TIDE_EINVAL, "tide_pool_restore: block %zu (0x%" PRIxPTR ", %zu bytes) does "
+                              "not lie in pool %llu's memory for its stream", i, c->ptr, c->size,
+                              (unsigned long long)id);
+    }
+    return TIDE_OK;
+}
+
+/* Allocates the checkpoint's block c again, exactly where it was. Under the pressure lock. */
+static tide_status restore_block(tide_allocator *t, const struct pool_heaps *ph, const tide_pool_block *c,
+                                 size_t i)
+{
+    uintptr_t start = c->ptr - t->guard;
+    struct segment *seg;
+    struct heap *h = owning_heap(t, ph, start, c->stream, &seg);
+    if (!h) /* checked before anything was freed, and segments of a pool in use are never released */
+        return tide__fail(TIDE_EINVAL, "tide_pool_restore: block %zu left the pool's memory", i);
+    struct block *b = segment_block_at(seg, start);
+    if (!b || b->state != BLOCK_FREE || start + c->size > b->addr + b->size) {
+        heap_unlock(h);
+        return tide__fail(TIDE_EBUSY, "tide_pool_restore: the memory of block %zu (0x%" PRIxPTR ", %zu "
+                          "bytes) is still held after the pool's blocks were freed (a reference taken "
+                          "with tide_retain?)", i, c->ptr, c->size);
+    }
+    tide_status s = TIDE_OK;
+    b = heap_take_at(h, b, start, c->size, c->requested, &s);
+    if (b)
+        history_heap_alloc(h, b, c->requested, NULL);
+    heap_unlock(h);
+    if (!b)
+        return s;
+    return t->guard ? allocator_write_guards(t, h, b) : TIDE_OK;
+}
+
+tide_status tide_pool_restore(tide_allocator *t, tide_pool_id id, const tide_pool_block *blocks, size_t n)
+{
+    CHECK_ALLOCATOR(t);
+    if (n && !blocks)
+        return tide__fail(TIDE_EINVAL, "tide_pool_restore: blocks is NULL");
+    struct pool_heaps ph;
+    tide_status s = heaps_of_pool(t, id, "tide_pool_restore", true, &ph);
+    if (s != TIDE_OK)
+        return s;
+    /* The pressure lock: no capture begins, and nothing is released, until the pool is back. */
+    pthread_mutex_lock(&t->pressure);
+    if (atomic_load(&t->captures)) {
+        pthread_mutex_unlock(&t->pressure);
+        return tide__fail(TIDE_EBUSY, "tide_pool_restore during a graph capture: it may have to wait for "
+                          "the device");
+    }
+    tide_pool_block *live = NULL;
+    size_t nlive = 0;
+    if ((s = check_checkpoint(t, id, &ph, blocks, n)) != TIDE_OK ||
+        (s = collect_active(t, &ph, &live, &nlive)) != TIDE_OK) {
+        pthread_mutex_unlock(&t->pressure);
+        return s;
+    }
+    for (size_t i = 0; i < nlive && s == TIDE_OK; i++)
+        s = tide_free(t, (void *)live[i].ptr);
+    free(live);
+    /* Blocks used on other streams wait for their fences: the device finishes what it was given. */
+    bool waiting = false;
+    for (uint32_t i = 0; i < ph.n; i++) {
+        heap_lock(ph.heaps[i]);
+        waiting |= ph.heaps[i]->pending_head != NULL;
+        heap_unlock(ph.heaps[i]);
+    }
+    if (s == TIDE_OK && waiting) {
+        uint64_t seq;
+        tide_status synced = device_synchronize(t, &seq);
+        drain_after_synchronize(t, seq, synced);
+    }
+    for (size_t i = 0; i < n && s == TIDE_OK; i++)
+        s = restore_block(t, &ph, &blocks[i], i);
+    for (uint32_t i = 0; i < ph.n; i++) {
+        heap_lock(ph.heaps[i]);
+        stats_settle(&ph.heaps[i]->stats);
+        heap_unlock(ph.heaps[i]);
+    }
+    pthread_mutex_unlock(&t->pressure);
+    allocator_debug_check(t, 1, "tide_pool_restore");
+    return s;
 }
 
 /* ---- graph capture ----------------------------------------------------------------------------------- */

@@ -7,6 +7,8 @@
  */
 #include "harness.h"
 
+#include <stdbool.h>
+
 #define ALL TIDE_POOL_ALL
 
 static size_t pool_reserved(tide_allocator *t, tide_pool_id pool)
@@ -309,6 +311,144 @@ static void test_snapshot_names_the_pool(void)
     fixture_close(&f);
 }
 
+/* The pool's ACTIVE blocks now (at most 8). */
+static size_t blocks_of(tide_allocator *t, tide_pool_id pool, tide_pool_block out[8])
+{
+    size_t n = 0;
+    CHECK_OK(tide_pool_blocks(t, pool, out, 8, &n));
+    CHECK(n <= 8);
+    return n;
+}
+
+static bool same_blocks(const tide_pool_block *x, size_t nx, const tide_pool_block *y, size_t ny)
+{
+    if (nx != ny)
+        return false;
+    for (size_t i = 0; i < nx; i++)
+        if (x[i].ptr != y[i].ptr || x[i].size != y[i].size || x[i].requested != y[i].requested ||
+            x[i].stream != y[i].stream)
+            return false;
+    return true;
+}
+
+/* A checkpoint, then more allocations and frees in the pool (one waiting on another stream's work),
+ * then back to the checkpoint: exactly its blocks are allocated, at their addresses, and nothing new in
+ * the pool lands on them. Bad checkpoints change nothing. */
+static void test_checkpoint_and_restore(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream side;
+    CHECK_OK(tide_sim_stream_create(f.sim, &side));
+    tide_pool_id pool;
+    CHECK_OK(tide_pool_create(f.t, &pool));
+    void *a, *b, *c, *d, *e, *outside;
+    CHECK_OK(tide_malloc_pool(f.t, 1 * MIB, 0, pool, &a));
+    CHECK_OK(tide_malloc_pool(f.t, 1536 * 1024, 0, pool, &b)); /* freed: a hole between a and c */
+    CHECK_OK(tide_malloc_pool(f.t, 2 * MIB + 100, 0, pool, &c));
+    CHECK_OK(tide_free(f.t, b));
+    tide_pool_block checkpoint[8], now[8];
+    size_t n = blocks_of(f.t, pool, checkpoint);
+    CHECK(n == 2);
+    CHECK(checkpoint[0].ptr < checkpoint[1].ptr);
+    CHECK(checkpoint[0].requested + checkpoint[1].requested == 1 * MIB + 2 * MIB + 100);
+    size_t count = 99;
+    CHECK_OK(tide_pool_blocks(f.t, pool, NULL, 0, &count)); /* the count alone */
+    CHECK(count == 2);
+
+    /* After the checkpoint: a freed, its memory taken by d; e new; c freed while another stream uses it. */
+    CHECK_OK(tide_free(f.t, a));
+    CHECK_OK(tide_malloc_pool(f.t, 1 * MIB + 4096, 0, pool, &d));
+    CHECK_OK(tide_malloc_pool(f.t, 64 * 1024, side, pool, &e));
+    CHECK_OK(tide_record_stream(f.t, c, side));
+    CHECK_OK(tide_sim_enqueue(f.sim, side, 20000, NULL, NULL));
+    CHECK_OK(tide_free(f.t, c)); /* PENDING until the side stream's work is done */
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 1);
+    CHECK_OK(tide_malloc(f.t, 1 * MIB, 0, &outside));
+
+    /* Refused, changing nothing: out of order, a block that is not the pool's, a size that is no
+     * block's, an unknown pool. */
+    size_t before = blocks_of(f.t, pool, now);
+    tide_pool_block swapped[2] = {checkpoint[1], checkpoint[0]};
+    CHECK_STATUS(tide_pool_restore(f.t, pool, swapped, 2), TIDE_EINVAL);
+    CHECK_MESSAGE("out of order");
+    tide_pool_block foreign = checkpoint[0];
+    foreign.ptr = (uintptr_t)outside;
+    CHECK_STATUS(tide_pool_restore(f.t, pool, &foreign, 1), TIDE_EINVAL);
+    CHECK_MESSAGE("does not lie in pool");
+    tide_pool_block odd = checkpoint[0];
+    odd.size += 1;
+    CHECK_STATUS(tide_pool_restore(f.t, pool, &odd, 1), TIDE_EINVAL);
+    CHECK_STATUS(tide_pool_restore(f.t, pool + 100, checkpoint, n), TIDE_EINVAL);
+    CHECK_STATUS(tide_pool_restore(f.t, pool, NULL, 1), TIDE_EINVAL);
+    CHECK_OK(tide_capture_begin(f.t));
+    CHECK_STATUS(tide_pool_restore(f.t, pool, checkpoint, n), TIDE_EBUSY);
+    CHECK_OK(tide_capture_end(f.t));
+    tide_pool_block after[8];
+    CHECK(same_blocks(now, before, after, blocks_of(f.t, pool, after)));
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 1);
+
+    uint64_t syncs = counters(f.sim).calls[TIDE_SIM_SYNCHRONIZE];
+    CHECK_OK(tide_pool_restore(f.t, pool, checkpoint, n));
+    CHECK(counters(f.sim).calls[TIDE_SIM_SYNCHRONIZE] == syncs + 1); /* c waited for the side stream */
+    CHECK(same_blocks(checkpoint, n, now, blocks_of(f.t, pool, now)));
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 0);
+    size_t allocated = 0;
+    CHECK_OK(tide_pool_memory(f.t, pool, NULL, &allocated));
+    CHECK(allocated == checkpoint[0].size + checkpoint[1].size);
+    CHECK_OK(tide_check(f.t));
+    /* d and e were freed by the restore: freeing them again is a double free. */
+    CHECK_STATUS(tide_free(f.t, e), TIDE_EINVAL);
+    /* New allocations in the pool keep off the restored blocks. */
+    void *fresh[4];
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(tide_malloc_pool(f.t, (size_t)(i + 1) * 300 * 1024, 0, pool, &fresh[i]));
+        for (size_t k = 0; k < n; k++)
+            CHECK((uintptr_t)fresh[i] + (size_t)(i + 1) * 300 * 1024 <= checkpoint[k].ptr ||
+                  (uintptr_t)fresh[i] >= checkpoint[k].ptr + checkpoint[k].size);
+    }
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(tide_free(f.t, fresh[i]));
+    CHECK_OK(tide_free(f.t, (void *)checkpoint[0].ptr));
+    CHECK_OK(tide_free(f.t, (void *)checkpoint[1].ptr));
+    CHECK_OK(tide_free(f.t, outside));
+    CHECK_OK(tide_pool_release(f.t, pool));
+    CHECK_STATUS(tide_pool_restore(f.t, pool, checkpoint, 0), TIDE_EINVAL); /* released */
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(reserved_of(f.t) == 0);
+    fixture_close(&f);
+}
+
+/* Memory still held after the restore's frees (a reference from tide_retain): TIDE_EBUSY, and once it
+ * is released the same checkpoint restores. Under guard:True, so the restored block's canaries are
+ * written (its later free checks them). */
+static void test_restore_meets_held_memory(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "guard:True");
+    tide_pool_id pool;
+    CHECK_OK(tide_pool_create(f.t, &pool));
+    void *a, *x;
+    CHECK_OK(tide_malloc_pool(f.t, 5000, 0, pool, &a));
+    tide_pool_block checkpoint[8], now[8];
+    size_t n = blocks_of(f.t, pool, checkpoint);
+    CHECK(n == 1 && checkpoint[0].ptr == (uintptr_t)a && checkpoint[0].requested == 5000);
+    CHECK_OK(tide_free(f.t, a));
+    CHECK_OK(tide_malloc_pool(f.t, 5000, 0, pool, &x));
+    CHECK(x == a);
+    CHECK_OK(tide_retain(f.t, x)); /* in-flight work holds it */
+    CHECK_STATUS(tide_pool_restore(f.t, pool, checkpoint, n), TIDE_EBUSY);
+    CHECK_MESSAGE("still held");
+    CHECK(blocks_of(f.t, pool, now) == 0); /* x was freed; it waits for the reference */
+    CHECK_OK(tide_release(f.t, x));
+    CHECK_OK(tide_pool_restore(f.t, pool, checkpoint, n));
+    CHECK(same_blocks(checkpoint, n, now, blocks_of(f.t, pool, now)));
+    CHECK_OK(tide_check(f.t));
+    CHECK_OK(tide_free(f.t, a)); /* the canaries the restore wrote are intact */
+    CHECK_OK(tide_pool_release(f.t, pool));
+    fixture_close(&f);
+}
+
 int main(void)
 {
     RUN(test_pool_memory_is_kept_apart);
@@ -320,5 +460,7 @@ int main(void)
     RUN(test_capture_out_of_memory_skips_the_ladder);
     RUN(test_destroy_during_a_capture);
     RUN(test_snapshot_names_the_pool);
+    RUN(test_checkpoint_and_restore);
+    RUN(test_restore_meets_held_memory);
     return HARNESS_EXIT();
 }

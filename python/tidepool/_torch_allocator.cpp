@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -194,8 +195,10 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         void *p = nullptr;
         tide_allocator *t = allocator_of(device);
         tide_status s = tide_malloc_pool(t, size, reinterpret_cast<tide_stream>(stream), pool, &p);
+        std::string why = s == TIDE_ENOMEM ? tide_last_error() : "";
+        if (s == TIDE_ENOMEM && pool == 0)
+            s = malloc_from_oom_pools(device, t, size, stream, &p, &pool);
         if (s == TIDE_ENOMEM) {
-            std::string why = tide_last_error();
             size_t free_b = 0, total_b = 0;
             cudaMemGetInfo(&free_b, &total_b);
             tide_stats st = stats_of(device);
@@ -207,6 +210,25 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         TORCH_CHECK(s == TIDE_OK, "tidepool: ", why_or(tide_last_error()));
         record(cda::TraceEntry::ALLOC, device, reinterpret_cast<size_t>(p), size, stream, pool);
         return p;
+    }
+    // MemPool(use_on_oom=True): where the device is out of memory, an allocation outside every pool
+    // may come from such a pool's own segments (it then belongs to that pool, as in PyTorch).
+    tide_status malloc_from_oom_pools(DeviceIndex device, tide_allocator *t, size_t size, cudaStream_t stream,
+                                      void **p, tide_pool_id *pool)
+    {
+        std::vector<tide_pool_id> candidates;
+        {
+            std::lock_guard<std::mutex> g(pool_lock_);
+            for (auto &key : use_on_oom_)
+                if (key.first == device && pools_.count(key))
+                    candidates.push_back(pools_[key]);
+        }
+        for (tide_pool_id candidate : candidates)
+            if (tide_malloc_pool(t, size, reinterpret_cast<tide_stream>(stream), candidate, p) == TIDE_OK) {
+                *pool = candidate;
+                return TIDE_OK;
+            }
+        return TIDE_ENOMEM;
     }
     static std::string why_or(const char *message) { return message ? message : "?"; }
 
@@ -402,7 +424,17 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         tide_status s = tide_pool_release(allocator_of(device), it->second);
         TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
     }
-    void setUseOnOOM(DeviceIndex, MempoolId_t, bool) override {}
+    void setUseOnOOM(DeviceIndex device, MempoolId_t id, bool use_on_oom) override
+    {
+        std::lock_guard<std::mutex> g(pool_lock_);
+        auto key = std::make_pair(device, id);
+        if (use_on_oom)
+            use_on_oom_.insert(key);
+        else
+            use_on_oom_.erase(key);
+    }
+    // PyTorch's no_split keeps a pool's blocks whole; tidepool splits within a pool's own segments
+    // only, which no allocation outside it can reach, so there is nothing to change.
     void setNoSplit(DeviceIndex, MempoolId_t) override {}
     bool checkPoolLiveAllocations(DeviceIndex device, MempoolId_t id,
                                   const std::unordered_set<void *> &expected) override
@@ -440,13 +472,67 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
                 return r.pool;
         return 0;
     }
-    std::shared_ptr<cca::AllocatorState> getCheckpointState(DeviceIndex, MempoolId_t) override
+    // cudagraph trees: a checkpoint is the pool's allocated blocks; setting it frees every block
+    // allocated in the pool now and allocates exactly the checkpoint's again, at their addresses
+    // (tide_pool_restore), as PyTorch's allocator does: all that was allocated is in ptrs_freed, and
+    // each checkpointed block comes back as a DataPtr with tidepool's deleter, for the live storages.
+    struct PoolCheckpoint final : cca::AllocatorState {
+        DeviceIndex device;
+        MempoolId_t id;
+        tide_pool_id pool;
+        std::vector<tide_pool_block> blocks;
+    };
+    static std::vector<tide_pool_block> pool_blocks(tide_allocator *t, tide_pool_id pool)
     {
-        TORCH_CHECK(false, "tidepool does not support cudagraph trees' checkpointing (getCheckpointState) yet");
+        std::vector<tide_pool_block> blocks;
+        size_t n = 0;
+        do {
+            blocks.resize(n);
+            TORCH_CHECK(tide_pool_blocks(t, pool, blocks.data(), blocks.size(), &n) == TIDE_OK, "tidepool: ",
+                        tide_last_error());
+        } while (n > blocks.size());
+        blocks.resize(n);
+        return blocks;
     }
-    cca::CheckpointDelta setCheckpointPoolState(DeviceIndex, std::shared_ptr<cca::AllocatorState>) override
+    tide_pool_id known_pool(DeviceIndex device, MempoolId_t id)
     {
-        TORCH_CHECK(false, "tidepool does not support cudagraph trees' checkpointing (setCheckpointPoolState) yet");
+        std::lock_guard<std::mutex> g(pool_lock_);
+        return pool_id_of(device, id, false);
+    }
+    std::shared_ptr<cca::AllocatorState> getCheckpointState(DeviceIndex device, MempoolId_t id) override
+    {
+        auto state = std::make_shared<PoolCheckpoint>();
+        state->device = device;
+        state->id = id;
+        state->pool = known_pool(device, id);
+        state->blocks = pool_blocks(allocator_of(device), state->pool);
+        return state;
+    }
+    cca::CheckpointDelta setCheckpointPoolState(DeviceIndex device, std::shared_ptr<cca::AllocatorState> pps) override
+    {
+        auto state = std::dynamic_pointer_cast<PoolCheckpoint>(pps);
+        TORCH_CHECK(state, "tidepool: setCheckpointPoolState: the state was not taken by tidepool's getCheckpointState");
+        TORCH_CHECK(state->device == device, "tidepool: setCheckpointPoolState: a checkpoint of device ",
+                    static_cast<int>(state->device), " set on device ", static_cast<int>(device));
+        tide_allocator *t = allocator_of(device);
+        cca::CheckpointDelta delta;
+        size_t slot = device_slot(device);
+        for (auto &b : pool_blocks(t, state->pool)) {
+            void *ptr = reinterpret_cast<void *>(b.ptr);
+            delta.ptrs_freed.push_back(ptr);
+            free_count_[slot][TIDE_POOL_ALL]++;
+            if (recording_.load(std::memory_order_relaxed))
+                record_free(ptr);
+        }
+        tide_status s = tide_pool_restore(t, state->pool, state->blocks.data(), state->blocks.size());
+        TORCH_CHECK(s == TIDE_OK, "tidepool: setCheckpointPoolState: ", tide_last_error());
+        for (auto &b : state->blocks) {
+            void *ptr = reinterpret_cast<void *>(b.ptr);
+            record(cda::TraceEntry::ALLOC, device, b.ptr, b.requested, reinterpret_cast<cudaStream_t>(b.stream),
+                   state->pool);
+            delta.dataptrs_allocd.emplace_back(ptr, ptr, &free_block, c10::Device(c10::DeviceType::CUDA, device));
+        }
+        return delta;
     }
 
     // -- snapshots and history -----------------------------------------------------------------------
@@ -669,6 +755,7 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     std::mutex pool_lock_;
     std::map<std::pair<DeviceIndex, MempoolId_t>, tide_pool_id> pools_;
     std::vector<Route> routes_;
+    std::set<std::pair<DeviceIndex, MempoolId_t>> use_on_oom_;
     std::atomic<bool> routing_{false};
     std::mutex history_lock_;
     std::atomic<bool> recording_{false};

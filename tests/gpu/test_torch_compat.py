@@ -155,11 +155,52 @@ feature("compile_reduce_overhead", 'torch.compile(mode="reduce-overhead") (cudag
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 256)).cuda()
     fast = torch.compile(net, mode="reduce-overhead")
+    taken = []
+    get_state = torch._C._cuda_getCheckpointState
+    torch._C._cuda_getCheckpointState = lambda *a: taken.append(1) or get_state(*a)  # once per recording
     for i in range(6):
         x = torch.randn(32, 256, device="cuda")
         out = fast(x).clone()
         torch.cuda.synchronize()
         assert torch.allclose(out, net(x), atol=1e-4)
+    from torch._dynamo.utils import counters
+    assert taken, "no CUDA graph was recorded"
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+""")
+
+feature("cudagraph_checkpoint", "cudagraph trees' checkpointing: a new graph recorded while a replay's "
+        "outputs live (getCheckpointState, setCheckpointPoolState, checkPoolLiveAllocations)")("""
+    import torch._inductor.config as inductor_config
+    inductor_config.triton.slow_path_cudagraph_asserts = True  # checks the pool's live blocks after each
+    from torch._dynamo.utils import counters
+    restored = []
+    set_state = torch._C._cuda_setCheckpointPoolState
+    torch._C._cuda_setCheckpointPoolState = lambda *a: restored.append(1) or set_state(*a)
+
+    @torch.compile(mode="reduce-overhead")
+    def f(x):
+        return (x @ x).relu() + 1
+
+    @torch.compile(mode="reduce-overhead")
+    def h(y):
+        return y.sin() * 2 + y
+
+    x = torch.randn(512, 512, device="cuda")
+    want_a = (x @ x).relu() + 1
+    want_b = want_a.sin() * 2 + want_a
+    for _ in range(3):  # f alone: warm-up, recording, replay
+        torch.compiler.cudagraph_mark_step_begin()
+        a = f(x)
+    for _ in range(4):  # then h after f's replay, while its output a lives: from a checkpoint
+        torch.compiler.cudagraph_mark_step_begin()
+        a = f(x)
+        b = h(a)
+        torch.testing.assert_close(a, want_a)
+        torch.testing.assert_close(b, want_b)
+        keep = b.clone()
+    assert restored, "cudagraph trees never checkpointed"
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+    torch.testing.assert_close(keep, want_b)
 """)
 
 feature("compile_default", "torch.compile() default mode, training steps")("""
@@ -189,6 +230,23 @@ feature("mem_pool", "torch.cuda.MemPool / use_mem_pool")("""
     assert any(seg["address"] <= z.data_ptr() < seg["address"] + seg["total_size"] for seg in pool.snapshot())
     del z, pool
     torch.cuda.empty_cache()
+""")
+
+feature("mem_pool_use_on_oom", "MemPool(use_on_oom=True): an allocation that finds the device full uses "
+        "the pool's cached memory")("""
+    import inspect
+    assert "use_on_oom" in inspect.signature(torch.cuda.MemPool).parameters, "this torch has no use_on_oom"
+    fraction = 0.05
+    torch.cuda.set_per_process_memory_fraction(fraction)
+    n = int(torch.cuda.get_device_properties(0).total_memory * fraction * 0.6)
+    pool = torch.cuda.MemPool(use_on_oom=True)
+    with torch.cuda.use_mem_pool(pool):
+        t = torch.empty(n, dtype=torch.uint8, device="cuda")
+    del t  # its memory stays the pool's
+    u = torch.empty(n, dtype=torch.uint8, device="cuda")  # the limit leaves room only in the pool
+    u.fill_(3)
+    assert int(u[:1000].sum()) == 3000
+    del u
 """)
 
 feature("ipc_spawn", "a CUDA tensor sent to a spawned child (torch.multiprocessing)")("""
