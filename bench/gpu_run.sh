@@ -3,6 +3,9 @@
 # results under $OUT (default bench/out). Phases, so that each fits in one sitting:
 #   bench/gpu_run.sh tests          build, GPU tests (C, CUDA, PyTorch, CuPy), compute-sanitizer,
 #                                   GPT-2 loss determinism
+#   bench/gpu_run.sh adaptors       build, the Python adaptors' GPU tests (PyTorch, CuPy, numba, cuda.core,
+#                                   RMM), PyTorch's memory API beside native (test_torch_compat.py,
+#                                   JSON in $OUT), and the package installed with pip: python -m tidepool
 #   bench/gpu_run.sh bench          micro-benchmarks (gpu_bench micro, then turns) and trace replays
 #                                   against PyTorch's allocator and cudaMallocAsync
 #   bench/gpu_run.sh history        what tidepool's history costs: warm replays on the GPU with it off
@@ -75,6 +78,19 @@ b = json.load(open(sys.argv[1] + "/gpt2_tidepool.json"))["losses"]
 same = sum(x == y for x, y in zip(a, b))
 print("GPT-2: %d of %d steps have bit-identical losses (first %s, last %s)" % (same, len(a), float.fromhex(a[0]), float.fromhex(a[-1])))
 PY
+    ;;
+adaptors)
+    build
+    python3 -c "import sys; sys.path.insert(0, 'python'); import tidepool.torch as t; t._build_shim()" 2>&1 | tail -2
+    echo "== the Python adaptors' GPU tests"
+    ctest --test-dir $BUILD -R "^gpu_(torch|cupy|numba|cuda_core|rmm)$" --output-on-failure -V 2>&1 |
+        grep -vE "^[0-9]+: Test command|^$"
+    echo "== PyTorch's memory API, native and tidepool"
+    python3 tests/gpu/test_torch_compat.py --jobs 4 --json "$OUT/torch_compat.json"
+    echo "test_torch_compat exit status: $?"
+    echo "== pip install ./python, then python -m tidepool from elsewhere"
+    pip install -q --no-build-isolation --no-deps ./python 2>&1 | tail -3
+    (cd /tmp && env -u TIDEPOOL_LIBRARY python3 -m tidepool)
     ;;
 bench)
     build

@@ -1,4 +1,6 @@
-"""Installs the tidepool Python package with libtidepool built from this repository and bundled in it.
+"""The build step of the tidepool package (pyproject.toml has the rest): libtidepool built from this
+repository with CMake and bundled in the package, with the headers the PyTorch allocator compiles
+against. The version is the one tidepool.h defines.
 
     pip install ./python                       (from the repository root; needs CMake and a C compiler)
 """
@@ -7,7 +9,7 @@ import re
 import shutil
 import subprocess
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,12 +40,15 @@ class BuildWithLibrary(build_py):
             shutil.copyfile(os.path.join(ROOT, "include", header), os.path.join(package, "include", header))
 
 
+class WithNativeLibrary(Distribution):
+    """The wheel carries a shared library: it is for this platform, not pure Python."""
+
+    def has_ext_modules(self):
+        return True
+
+
 setup(
-    name="tidepool",
     version=header_version(),
-    description="A caching allocator for GPU device memory (PyTorch and CuPy integrations)",
-    packages=["tidepool"],
-    package_data={"tidepool": ["_torch_allocator.cpp"]},
     cmdclass={"build_py": BuildWithLibrary},
-    python_requires=">=3.8",
+    distclass=WithNativeLibrary,
 )

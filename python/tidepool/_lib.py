@@ -76,6 +76,17 @@ def _declare(lib):
         "tide_devices_destroy": [p],
         "tide_devices_get": [p, i, ctypes.POINTER(p)],
         "tide_devices_empty_cache": [p],
+        "tide_devices_malloc": [p, i, sz, p, ctypes.POINTER(p)],
+        "tide_devices_free": [p, i, p],
+        "tide_devices_record_stream": [p, p, p],
+        "tide_create": [p, ctypes.c_char_p, ctypes.POINTER(p)],
+        "tide_destroy": [p],
+        "tide_malloc": [p, sz, p, ctypes.POINTER(p)],
+        "tide_free": [p, p],
+        "tide_record_stream": [p, p, p],
+        "tide_sim_create": [p, ctypes.POINTER(p)],
+        "tide_sim_stream_create": [p, ctypes.POINTER(p)],
+        "tide_sim_synchronize": [p],
         "tide_cuda_device_count": [ctypes.POINTER(i)],
         "tide_stats_json": [p, ctypes.c_char_p, sz, ctypes.POINTER(sz)],
         "tide_reset_peak_stats": [p],
@@ -87,6 +98,17 @@ def _declare(lib):
         f = getattr(lib, name)
         f.restype = i
         f.argtypes = args
+    lib.tide_sim_destroy.restype = None
+    lib.tide_sim_destroy.argtypes = [p]
+    lib.tide_sim_backend.restype = Backend
+    lib.tide_sim_backend.argtypes = [p]
+
+
+class Backend(ctypes.Structure):
+    """tide_backend, passed from tide_sim_backend to tide_create untouched. Python never reads it, so
+    it is declared as its first field and room for the rest: returned by value, a struct this large
+    comes back through memory the caller provides, and tide_create copies struct_size bytes of it."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("rest", ctypes.c_void_p * 63)]
 
 
 def lib():
@@ -117,3 +139,63 @@ def stats_json(allocator):
     buf = ctypes.create_string_buffer(need.value + 1)
     check(L.tide_stats_json(allocator, buf, need.value + 1, ctypes.byref(need)), "tide_stats_json")
     return json.loads(buf.value.decode())
+
+
+_shared = None
+_shared_config = None
+
+
+def shared_devices(config=None):
+    """The process's one set of per-device allocators (a tide_devices pointer) for the Python adaptors
+    (CuPy, numba, cuda.core, RMM), made on first use: they share one cache per device, as the C
+    library's set does. A later call with another config is refused."""
+    global _shared, _shared_config
+    with _lock:
+        if _shared is None:
+            L = lib()
+            handle = ctypes.c_void_p()
+            check(L.tide_devices_create(config.encode() if config else None, ctypes.byref(handle)),
+                  "tide_devices_create")
+            _shared, _shared_config = handle, config
+        elif config is not None and config != _shared_config:
+            raise TidepoolError("tidepool's allocators were already made with config %r; a second adaptor "
+                                "cannot ask for %r" % (_shared_config, config))
+        return _shared
+
+
+def device_allocator(devices, index):
+    """The tide_allocator of one device of a set."""
+    allocator = ctypes.c_void_p()
+    check(lib().tide_devices_get(devices, int(index), ctypes.byref(allocator)), "tide_devices_get")
+    return allocator
+
+
+def devices_malloc(devices, device, size, stream):
+    """A block of size bytes on device, ordered on stream (a CUstream as an int; 0: the legacy default
+    stream). Raises MemoryError(size) subclass OutOfMemory when the device is full."""
+    L = lib()
+    out = ctypes.c_void_p()
+    status = L.tide_devices_malloc(devices, int(device), int(size), ctypes.c_void_p(int(stream) or None),
+                                   ctypes.byref(out))
+    if status == TIDE_ENOMEM:
+        raise OutOfMemory(size, L.tide_last_error().decode(errors="replace"))
+    check(status, "tide_malloc of %d bytes" % size)
+    return out.value
+
+
+def devices_free_on(devices, ptr, stream):
+    """Frees ptr once the work queued so far on stream is done, as well as the work on the stream it
+    was allocated on (a fence on stream, unless it is that stream)."""
+    L = lib()
+    # On the block's own stream this records nothing: its work is in order already.
+    check(L.tide_devices_record_stream(devices, ctypes.c_void_p(ptr), ctypes.c_void_p(int(stream) or None)),
+          "tide_record_stream")
+    check(L.tide_devices_free(devices, -1, ctypes.c_void_p(ptr)), "tide_free")
+
+
+class OutOfMemory(MemoryError):
+    """The device has no room for the allocation (tidepool's message says what it holds)."""
+
+    def __init__(self, size, message):
+        super().__init__("CUDA out of memory (tidepool) allocating %d bytes. %s" % (size, message))
+        self.size = size

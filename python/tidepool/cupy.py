@@ -1,4 +1,4 @@
-"""tidepool as CuPy's allocator.
+"""tidepool as CuPy's allocator, stream-aware.
 
     import cupy
     import tidepool.cupy
@@ -6,11 +6,11 @@
     ...
     tidepool.cupy.empty_cache()      # synchronize, drain, give every free segment back
 
-Streams: CuPy's CFunctionAllocator passes tidepool no stream, so every block counts as allocated on the
-legacy default stream, and a freed block is reused at once by the next allocation. That is safe when
-all work runs on the default stream (CuPy's default) or when the program synchronizes before freeing
-memory that another stream still uses; with CuPy streams in flight at a free, prefer CuPy's own stream-
-aware MemoryPool.
+Streams: a block is allocated on CuPy's current stream at the time (cupy.cuda.get_current_stream()),
+and tidepool reuses it in that stream's order. When it is freed while another stream is current, a
+fence is recorded on that stream too, so the block is not handed out again before the work queued
+there is done. Work on a third stream, neither current at allocation nor at free, is the program's to
+order (record_stream, as in PyTorch, or a synchronize).
 """
 
 import ctypes
@@ -24,40 +24,48 @@ _lock = threading.Lock()
 _devices = None
 
 
-def _raise_out_of_memory(size):
-    error = cupy.cuda.memory.OutOfMemoryError(size, -1)
-    error.args = ("CUDA out of memory (tidepool). " + _lib.lib().tide_last_error().decode(errors="replace"),)
-    raise error
+def _stream_of(device_id):
+    return cupy.cuda.get_current_stream(device_id).ptr
 
 
 def enable(config=None):
-    """Routes CuPy's allocations through tidepool (one allocator per device, created on first use)."""
+    """Routes CuPy's allocations through tidepool (one allocator per device, shared with tidepool's
+    other Python adaptors)."""
     global _devices
     with _lock:
         if _devices is not None:
             raise RuntimeError("tidepool.cupy.enable() was already called in this process")
-        L = _lib.lib()
-        handle = ctypes.c_void_p()
-        _lib.check(L.tide_devices_create(config.encode() if config else None, ctypes.byref(handle)),
-                   "tide_devices_create")
-        malloc_fn = ctypes.cast(L.tide_cupy_malloc, ctypes.c_void_p).value
-        free_fn = ctypes.cast(L.tide_cupy_free, ctypes.c_void_p).value
-        c_allocator = cupy.cuda.memory.CFunctionAllocator(handle.value, malloc_fn, free_fn, handle)
+        devices = _lib.shared_devices(config)
 
-        def malloc(size):
-            pointer = c_allocator.malloc(size)
-            if size and pointer.ptr == 0:
-                _raise_out_of_memory(size)
-            return pointer
+        def malloc(size, device_id):
+            try:
+                return _lib.devices_malloc(devices, device_id, size, _stream_of(device_id))
+            except _lib.OutOfMemory as e:
+                error = cupy.cuda.memory.OutOfMemoryError(size, -1)
+                error.args = (str(e),)
+                raise error from None
 
-        cupy.cuda.set_allocator(malloc)
-        _devices = handle
+        def free(ptr, device_id):
+            _lib.devices_free_on(devices, ptr, _stream_of(device_id))
+
+        allocator = cupy.cuda.memory.PythonFunctionAllocator(malloc, free)
+        cupy.cuda.set_allocator(allocator.malloc)
+        _devices = devices
 
 
 def _handle():
     if _devices is None:
         raise RuntimeError("tidepool is not enabled for CuPy: call tidepool.cupy.enable() first")
     return _devices
+
+
+def record_stream(array, stream):
+    """Declares that array's memory is used on stream (a cupy.cuda.Stream): its free waits for the work
+    queued there by then, as torch.Tensor.record_stream."""
+    ptr = array.data.mem.ptr if hasattr(array, "data") else int(array)
+    _lib.check(_lib.lib().tide_devices_record_stream(_handle(), ctypes.c_void_p(ptr),
+                                                     ctypes.c_void_p(stream.ptr or None)),
+               "tide_record_stream")
 
 
 def empty_cache():
@@ -67,8 +75,5 @@ def empty_cache():
 
 def memory_stats(device=None):
     """tidepool's statistics for one device, under PyTorch's key names."""
-    L = _lib.lib()
     index = cupy.cuda.Device().id if device is None else int(device)
-    allocator = ctypes.c_void_p()
-    _lib.check(L.tide_devices_get(_handle(), index, ctypes.byref(allocator)), "tide_devices_get")
-    return _lib.stats_json(allocator)
+    return _lib.stats_json(_lib.device_allocator(_handle(), index))

@@ -1,5 +1,8 @@
 """tidepool as CuPy's allocator, on a real GPU: a short workload, empty_cache giving the memory back,
-and out-of-memory raising CuPy's error with tidepool's report. Exit 77 where there is no GPU or CuPy."""
+out-of-memory raising CuPy's error with tidepool's report, and streams: a block freed while another
+stream that used it is current is not reused before that stream's work is done (and, as the negative
+control, one freed on its own stream while another still writes it is reused at once, and the late
+writes land in its new owner). Exit 77 where there is no GPU or CuPy."""
 import os
 import sys
 
@@ -15,6 +18,9 @@ except Exception as e:  # noqa: BLE001 - any failure here means there is nothing
     sys.exit(77)
 
 import tidepool.cupy as tc  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import late_write  # noqa: E402
 
 failures = []
 
@@ -41,6 +47,42 @@ def workload():
     return total
 
 
+def reuse_after_late_write(free_on_writer):
+    """x allocated on the default stream, written late by a kernel on another stream, freed (with that
+    stream current, or not), then y of the same size allocated and filled on the default stream.
+    Returns (y took x's memory, y's data was overwritten by the late kernel)."""
+    nbytes = 64 << 20
+    writer = cupy.cuda.Stream(non_blocking=True)
+    x = cupy.zeros(nbytes // 4, dtype=cupy.float32)
+    x_ptr = x.data.ptr
+    cupy.cuda.Device().synchronize()
+    late_write.launch(x_ptr, nbytes, writer)
+    if free_on_writer:
+        with writer:
+            del x
+    else:
+        del x
+    y = cupy.full(nbytes // 4, 7.0, dtype=cupy.float32)
+    same = y.data.ptr == x_ptr
+    cupy.cuda.Device().synchronize()
+    corrupted = bool((y != 7.0).any())
+    del y
+    return same, corrupted
+
+
+def cross_stream():
+    same, corrupted = reuse_after_late_write(free_on_writer=False)
+    check(same and corrupted, "negative control: freed on its own stream while another stream writes it, "
+          "the block is reused at once and the late writes corrupt its new owner (reused %s, corrupted %s)"
+          % (same, corrupted))
+    drained = tc.memory_stats()["num_pending_drained"]
+    same, corrupted = reuse_after_late_write(free_on_writer=True)
+    check(not corrupted, "freed while the writing stream is current: no corruption (reused at once: %s)" % same)
+    check(not same, "... and its memory was not handed out while that stream's work was queued")
+    tc.empty_cache()
+    check(tc.memory_stats()["num_pending_drained"] > drained, "the free waited as a pending free, then drained")
+
+
 def main():
     tc.enable()
     workload()
@@ -60,6 +102,7 @@ def main():
     check(after == floor, "device used memory back to its floor: floor %d MiB, during %d MiB, after %d MiB"
           % (floor >> 20, during >> 20, after >> 20))
     check(result == result, "the workload computed a number")
+    cross_stream()
     free, _ = cupy.cuda.runtime.memGetInfo()
     try:
         cupy.empty(free + (8 << 30), dtype=cupy.uint8)

@@ -1,0 +1,64 @@
+"""tidepool as a cuda.core MemoryResource (NVIDIA's cuda-python).
+
+    from cuda.core import Device
+    import tidepool.cuda_core
+    dev = Device(); dev.set_current()
+    mr = tidepool.cuda_core.TidepoolMemoryResource(dev.device_id)
+    buf = mr.allocate(1 << 20, stream=dev.default_stream)
+    dev.memory_resource = mr                  # dev.allocate(...) now comes from tidepool too
+
+allocate(size, stream=s) takes a block ordered on s; deallocate(ptr, size, stream=t) frees it after the
+work queued on t (and on s) by then: a fence on t when t is not s, as tidepool does for PyTorch's
+record_stream. Buffers close through deallocate, on the stream they were given.
+"""
+
+from cuda.core import Buffer, MemoryResource
+
+from . import _lib
+
+
+def _stream_handle(stream):
+    if stream is None:
+        return 0  # the legacy default stream
+    handle = getattr(stream, "handle", None)
+    if handle is None:
+        raise TypeError("tidepool: a cuda.core Stream is needed here, got %r" % (stream,))
+    return int(handle)
+
+
+class TidepoolMemoryResource(MemoryResource):
+    """Device memory of one device from tidepool (the allocators tidepool's Python adaptors share)."""
+
+    def __init__(self, device_id=0, config=None):
+        self._device_id = int(device_id)
+        self._devices = _lib.shared_devices(config)
+
+    def allocate(self, size, stream=None):
+        ptr = _lib.devices_malloc(self._devices, self._device_id, size, _stream_handle(stream))
+        if stream is None:
+            return Buffer.from_handle(ptr, size, mr=self)
+        return Buffer.from_handle(ptr, size, mr=self, stream=stream)
+
+    def deallocate(self, ptr, size, stream=None):
+        _lib.devices_free_on(self._devices, int(ptr), _stream_handle(stream))
+
+    @property
+    def is_device_accessible(self):
+        return True
+
+    @property
+    def is_host_accessible(self):
+        return False
+
+    @property
+    def device_id(self):
+        return self._device_id
+
+    def memory_stats(self):
+        """tidepool's statistics for this device, under PyTorch's key names."""
+        return _lib.stats_json(_lib.device_allocator(self._devices, self._device_id))
+
+    def empty_cache(self):
+        """Synchronizes the device, drains pending frees, gives every free segment back."""
+        _lib.check(_lib.lib().tide_empty_cache(_lib.device_allocator(self._devices, self._device_id), None),
+                   "tide_empty_cache")
