@@ -150,9 +150,9 @@ def shared_devices(config=None):
     (CuPy, numba, cuda.core, RMM), made on first use: they share one cache per device, as the C
     library's set does. A later call with another config is refused."""
     global _shared, _shared_config
+    L = lib()  # outside the lock: lib() takes it too
     with _lock:
         if _shared is None:
-            L = lib()
             handle = ctypes.c_void_p()
             check(L.tide_devices_create(config.encode() if config else None, ctypes.byref(handle)),
                   "tide_devices_create")

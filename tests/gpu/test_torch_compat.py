@@ -158,11 +158,12 @@ feature("compile_reduce_overhead", 'torch.compile(mode="reduce-overhead") (cudag
     taken = []
     get_state = torch._C._cuda_getCheckpointState
     torch._C._cuda_getCheckpointState = lambda *a: taken.append(1) or get_state(*a)  # once per recording
-    for i in range(6):
-        x = torch.randn(32, 256, device="cuda")
-        out = fast(x).clone()
-        torch.cuda.synchronize()
-        assert torch.allclose(out, net(x), atol=1e-4)
+    with torch.no_grad():  # inference: with a backward pending, cudagraph trees would not record
+        for i in range(6):
+            x = torch.randn(32, 256, device="cuda")
+            out = fast(x).clone()
+            torch.cuda.synchronize()
+            assert torch.allclose(out, net(x), atol=1e-4)
     from torch._dynamo.utils import counters
     assert taken, "no CUDA graph was recorded"
     assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
