@@ -89,6 +89,7 @@ def main():
     except Exception as e:  # noqa: BLE001 - reported as a failed check
         check(False, "Device.memory_resource = tidepool's (%s: %s)" % (type(e).__name__, e))
 
+    late_write.warm_up()
     same, corrupted = reuse_after_late_write(mr, home, writer, free_on_writer=False)
     check(same and corrupted, "negative control: deallocated on its own stream while another writes it, "
           "the memory is reused at once and the late writes corrupt the new buffer (reused %s, corrupted %s)"

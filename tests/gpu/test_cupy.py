@@ -71,6 +71,7 @@ def reuse_after_late_write(free_on_writer):
 
 
 def cross_stream():
+    late_write.warm_up()
     same, corrupted = reuse_after_late_write(free_on_writer=False)
     check(same and corrupted, "negative control: freed on its own stream while another stream writes it, "
           "the block is reused at once and the late writes corrupt its new owner (reused %s, corrupted %s)"
