@@ -3,7 +3,8 @@
  *
  * Each input is a program: a config selector, then operations, each a byte of opcode and a few bytes
  * of arguments. The operations are every public call a user makes (malloc, free, record_stream, retain,
- * release, empty_cache, trim, limits, config strings, stats) and every invalid call (foreign and interior
+ * release, empty_cache, trim, limits, config strings, stats, a private pool's allocations, graph
+ * captures, checkpoints of the pool and restores to them) and every invalid call (foreign and interior
  * pointers, double frees, a release without a retain, sizes of 0 and beyond the device), plus device
  * faults injected into the next backend call. After every operation:
  *   - tide_check must pass;
@@ -118,6 +119,7 @@ struct block {
     uint8_t tag;
     tide_stream stream;    /* the stream it was allocated on */
     bool live;             /* allocated and not yet freed */
+    bool in_pool;          /* allocated in the world's private pool */
     int host_refs;         /* references the program holds (retain without release yet) */
     int kernels[MAX_KERNELS];
     int nkernels;          /* kernels that use the block */
@@ -135,6 +137,14 @@ struct world {
      * because the device call that would have waited failed (an injected fault). In stream order they
      * come before the next owner's work; the harness writes from the host, so it waits for them first. */
     bool unwaited_writes[STREAMS];
+    /* The private pool (0: none yet), whether it is still in use, the captures underway, and the
+     * last checkpoint of the pool taken (tide_pool_blocks). */
+    tide_pool_id pool;
+    bool pool_live;
+    int captures;
+    tide_pool_block checkpoint[MAX_BLOCKS];
+    size_t ncheckpoint;
+    bool have_checkpoint;
     const uint8_t *in;
     size_t len, pos;
 };
@@ -232,15 +242,50 @@ static void stamp(struct block *b)
     memset(b->p + b->size - n, b->tag, n);
 }
 
-static void op_malloc(struct world *w)
+/* Fails unless the new block nb overlaps no live block and no freed block the device still uses. */
+static void check_no_overlap(struct world *w, const struct block *nb)
+{
+    for (int i = 0; i < w->nblocks; i++) {
+        const struct block *o = &w->blocks[i];
+        if (nb->p < o->p + o->size && o->p < nb->p + nb->size)
+            die(o->live ? "a new block overlaps a live block"
+                        : "use-after-free: a new block overlaps a freed block the device still uses", NULL);
+    }
+}
+
+/* Tracks the new block nb (stamped with a new tag), or frees it at once if there is no room. */
+static void track(struct world *w, struct block nb, unsigned which)
+{
+    if (w->nblocks == MAX_BLOCKS) { /* no room to track it: give it back at once */
+        if (tide_free(w->t, nb.p) != TIDE_OK)
+            die("tide_free of a fresh block failed", tide_last_error());
+        return;
+    }
+    nb.tag = ++w->next_tag ? w->next_tag : ++w->next_tag;
+    if (w->unwaited_writes[which]) {
+        if (tide_sim_stream_synchronize(sim, nb.stream) != TIDE_OK)
+            die("tide_sim_stream_synchronize failed", tide_last_error());
+        w->unwaited_writes[which] = false;
+    }
+    stamp(&nb);
+    w->blocks[w->nblocks++] = nb;
+}
+
+/* tide_malloc, or tide_malloc_pool in the world's pool. */
+static void malloc_in(struct world *w, tide_pool_id pool)
 {
     size_t size = fuzzed_size(w);
     unsigned which = byte(w) % STREAMS;
     tide_stream stream = w->streams[which];
     retire_blocks(w);
     void *p = NULL;
-    tide_status s = tide_malloc(w->t, size, stream, &p);
-    SAY("malloc %zu on stream %lu -> %p %s\n", size, (unsigned long)stream, p, tide_status_name(s));
+    if (pool && !w->pool_live) { /* a released pool takes no allocation, whatever the size */
+        EXPECT_REJECTED(w, tide_malloc_pool(w->t, size, stream, pool, &p), TIDE_EINVAL);
+        return;
+    }
+    tide_status s = pool ? tide_malloc_pool(w->t, size, stream, pool, &p) : tide_malloc(w->t, size, stream, &p);
+    SAY("malloc %zu on stream %lu%s -> %p %s\n", size, (unsigned long)stream, pool ? " in the pool" : "", p,
+        tide_status_name(s));
     if (s == TIDE_EDEVICE) /* a canary write may have been queued before the one that failed */
         w->unwaited_writes[which] = true;
     if (size == 0) {
@@ -262,31 +307,16 @@ static void op_malloc(struct world *w)
         die("tide_malloc failed unexpectedly", tide_last_error());
     if ((uintptr_t)p % 512)
         die("tide_malloc returned a block not aligned to 512 bytes", NULL);
-    struct block nb = {.p = p, .size = size, .stream = stream, .live = true};
+    struct block nb = {.p = p, .size = size, .stream = stream, .live = true, .in_pool = pool != 0};
     /* The malloc may have waited for the device (the out-of-memory ladder synchronizes), so whether a
      * freed block is still in use is asked again now. A kernel marks itself done before its fence can
      * signal or its reference go, so a block reused before that is a use after free. */
     retire_blocks(w);
-    for (int i = 0; i < w->nblocks; i++) {
-        const struct block *o = &w->blocks[i];
-        if (nb.p < o->p + o->size && o->p < nb.p + nb.size)
-            die(o->live ? "a new block overlaps a live block"
-                        : "use-after-free: a new block overlaps a freed block the device still uses", NULL);
-    }
-    if (w->nblocks == MAX_BLOCKS) { /* no room to track it: give it back at once */
-        if (tide_free(w->t, p) != TIDE_OK)
-            die("tide_free of a fresh block failed", tide_last_error());
-        return;
-    }
-    nb.tag = ++w->next_tag ? w->next_tag : ++w->next_tag;
-    if (w->unwaited_writes[which]) {
-        if (tide_sim_stream_synchronize(sim, stream) != TIDE_OK)
-            die("tide_sim_stream_synchronize failed", tide_last_error());
-        w->unwaited_writes[which] = false;
-    }
-    stamp(&nb);
-    w->blocks[w->nblocks++] = nb;
+    check_no_overlap(w, &nb);
+    track(w, nb, which);
 }
+
+static void op_malloc(struct world *w) { malloc_in(w, 0); }
 
 static void op_free(struct world *w)
 {
@@ -393,7 +423,9 @@ static void op_empty_cache(struct world *w)
     tide_release_report r;
     tide_status s = tide_empty_cache(w->t, &r);
     SAY("empty_cache -> %s\n", tide_status_name(s));
-    if (s != TIDE_OK && s != TIDE_EDEVICE)
+    if (w->captures && s != TIDE_EBUSY)
+        die("tide_empty_cache during a capture did not say TIDE_EBUSY", tide_last_error());
+    if (s != TIDE_OK && s != TIDE_EDEVICE && !(w->captures && s == TIDE_EBUSY))
         die("tide_empty_cache failed unexpectedly", tide_last_error());
 }
 
@@ -531,6 +563,145 @@ static void op_stats(struct world *w)
         die("tide_reset_peak_stats failed", tide_last_error());
 }
 
+/* ---- private pools, captures and checkpoints ------------------------------------------------------ */
+
+static bool same_block(const tide_pool_block *a, const tide_pool_block *b)
+{
+    return a->ptr == b->ptr && a->size == b->size && a->requested == b->requested && a->stream == b->stream;
+}
+
+static int stream_index(const struct world *w, tide_stream stream)
+{
+    for (int i = 0; i < STREAMS; i++)
+        if (w->streams[i] == stream)
+            return i;
+    die("a pool block on a stream the program never used", NULL);
+    return 0;
+}
+
+/* After tide_pool_restore, whatever it returned: the pool holds a prefix of the checkpoint (all of it
+ * on success), nothing else; the program's view follows, each restored block stamped anew. */
+static void after_restore(struct world *w, tide_status s)
+{
+    tide_pool_block now[MAX_BLOCKS];
+    size_t n = 0;
+    if (tide_pool_blocks(w->t, w->pool, now, MAX_BLOCKS, &n) != TIDE_OK)
+        die("tide_pool_blocks failed", tide_last_error());
+    if (n > w->ncheckpoint || (s == TIDE_OK && n != w->ncheckpoint))
+        die("tide_pool_restore left blocks in the pool that the checkpoint does not have", NULL);
+    for (size_t i = 0; i < n; i++)
+        if (!same_block(&now[i], &w->checkpoint[i]))
+            die("tide_pool_restore left the pool's blocks unlike the checkpoint", NULL);
+    for (int i = 0; i < w->nblocks; i++)
+        if (w->blocks[i].in_pool)
+            w->blocks[i].live = false; /* the restore freed every block the pool had */
+    retire_blocks(w);
+    for (size_t i = 0; i < n; i++) {
+        struct block nb = {.p = (uint8_t *)now[i].ptr, .size = now[i].requested, .stream = now[i].stream,
+                           .live = true, .in_pool = true};
+        check_no_overlap(w, &nb);
+        track(w, nb, (unsigned)stream_index(w, nb.stream));
+    }
+}
+
+static void op_pool(struct world *w, unsigned what)
+{
+    static uint8_t foreign[4096];
+    switch (what) {
+    case 0: /* a new pool, or the one in use released */
+        if (w->pool && w->pool_live) {
+            if (tide_pool_release(w->t, w->pool) != TIDE_OK)
+                die("tide_pool_release failed", tide_last_error());
+            w->pool_live = false;
+        } else {
+            if (tide_pool_create(w->t, &w->pool) != TIDE_OK)
+                die("tide_pool_create failed", tide_last_error());
+            w->pool_live = true;
+            w->have_checkpoint = false;
+        }
+        SAY("pool %llu %s\n", (unsigned long long)w->pool, w->pool_live ? "created" : "released");
+        break;
+    case 1:
+        if (w->pool)
+            malloc_in(w, w->pool);
+        break;
+    case 2: /* a capture begins, or one ends */
+        if (w->captures < 2 && (byte(w) & 1 || w->captures == 0)) {
+            if (tide_capture_begin(w->t) != TIDE_OK)
+                die("tide_capture_begin failed", tide_last_error());
+            w->captures++;
+        } else if (w->captures) {
+            if (tide_capture_end(w->t) != TIDE_OK)
+                die("tide_capture_end failed", tide_last_error());
+            w->captures--;
+        } else {
+            EXPECT_REJECTED(w, tide_capture_end(w->t), TIDE_EINVAL);
+        }
+        SAY("captures underway: %d\n", w->captures);
+        break;
+    case 3: /* a checkpoint */
+        if (!w->pool)
+            break;
+        if (tide_pool_blocks(w->t, w->pool, w->checkpoint, MAX_BLOCKS, &w->ncheckpoint) != TIDE_OK)
+            die("tide_pool_blocks failed", tide_last_error());
+        if (w->ncheckpoint > MAX_BLOCKS)
+            die("the pool lists more blocks than the program holds", NULL);
+        w->have_checkpoint = true;
+        SAY("checkpoint: %zu blocks\n", w->ncheckpoint);
+        break;
+    case 4: { /* back to the checkpoint */
+        if (!w->have_checkpoint || !w->pool_live)
+            break;
+        if (w->captures) {
+            EXPECT_REJECTED(w, tide_pool_restore(w->t, w->pool, w->checkpoint, w->ncheckpoint), TIDE_EBUSY);
+            break;
+        }
+        for (int i = 0; i < w->nblocks; i++)
+            if (w->blocks[i].in_pool && w->blocks[i].host_refs > 0)
+                return; /* memory the program holds a reference to: TIDE_EBUSY, by design */
+        open_all_gates(w); /* the restore may wait for the device */
+        tide_sim_counters before, after;
+        tide_sim_get_counters(sim, &before);
+        tide_status s = tide_pool_restore(w->t, w->pool, w->checkpoint, w->ncheckpoint);
+        tide_sim_get_counters(sim, &after);
+        SAY("restore %zu blocks -> %s\n", w->ncheckpoint, tide_status_name(s));
+        /* Only a device fault can leave a freed block waiting (TIDE_EBUSY) or fail a guard check. */
+        bool faulted = false;
+        for (int op = 0; op < TIDE_SIM_OP_COUNT; op++)
+            faulted |= after.failures[op] != before.failures[op];
+        if (s != TIDE_OK && !(faulted && (s == TIDE_EBUSY || s == TIDE_EDEVICE)))
+            die("tide_pool_restore failed unexpectedly", tide_last_error());
+        after_restore(w, s);
+        break;
+    }
+    default: { /* checkpoints that are not the pool's */
+        tide_pool_block bad[2];
+        tide_status want = w->captures ? TIDE_EBUSY : TIDE_EINVAL;
+        if (!w->pool) {
+            EXPECT_REJECTED(w, tide_pool_restore(w->t, 12345, NULL, 0), TIDE_EINVAL);
+            break;
+        }
+        if (!w->pool_live) {
+            EXPECT_REJECTED(w, tide_pool_restore(w->t, w->pool, NULL, 0), TIDE_EINVAL);
+            break;
+        }
+        bad[0] = (tide_pool_block){.ptr = (uintptr_t)foreign + 512, .size = 512, .requested = 100, .stream = 0};
+        EXPECT_REJECTED(w, tide_pool_restore(w->t, w->pool, bad, 1), want);
+        if (w->have_checkpoint && w->ncheckpoint >= 2) {
+            bad[0] = w->checkpoint[1];
+            bad[1] = w->checkpoint[0];
+            EXPECT_REJECTED(w, tide_pool_restore(w->t, w->pool, bad, 2), want);
+        }
+        if (w->have_checkpoint && w->ncheckpoint >= 1) {
+            bad[0] = w->checkpoint[0];
+            bad[0].requested = bad[0].size + 1;
+            EXPECT_REJECTED(w, tide_pool_restore(w->t, w->pool, bad, 1), want);
+        }
+        break;
+    }
+    }
+}
+
 static const char *const configs[] = {
     "",
     "limit:256MiB",
@@ -580,7 +751,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         die("tide_create failed", tide_last_error());
 
     while (w.pos < w.len) {
-        switch (byte(&w) % 13) {
+        unsigned op = byte(&w);
+        if (op >= 250) { /* the top six opcodes: pools, captures, checkpoints */
+            op_pool(&w, op - 250);
+            if (tide_check(w.t) != TIDE_OK)
+                die("tide_check failed", tide_last_error());
+            continue;
+        }
+        switch (op % 13) {
         case 0: case 1: case 2: op_malloc(&w); break;
         case 3: case 4: op_free(&w); break;
         case 5: op_kernel(&w); break;
@@ -598,6 +776,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* The end: the device finishes, the program lets go of everything, nothing is left anywhere. */
     clear_faults();
+    for (; w.captures > 0; w.captures--)
+        if (tide_capture_end(w.t) != TIDE_OK)
+            die("tide_capture_end at the end failed", tide_last_error());
     open_all_gates(&w);
     if (tide_sim_synchronize(sim) != TIDE_OK)
         die("tide_sim_synchronize failed", tide_last_error());
@@ -609,6 +790,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (tide_release(w.t, b->p) != TIDE_OK)
                 die("tide_release at the end failed", tide_last_error());
     }
+    if (w.pool_live && tide_pool_release(w.t, w.pool) != TIDE_OK)
+        die("tide_pool_release at the end failed", tide_last_error());
     tide_stats s = stats_now(w.t);
     if (s.allocation[TIDE_POOL_ALL].current != 0)
         die("allocations counted after every block was freed", NULL);

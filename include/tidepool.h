@@ -426,7 +426,8 @@ TIDE_API tide_status tide_pool_blocks(tide_allocator *t, tide_pool_id pool, tide
  * that lies outside the pool's segments, blocks out of order or overlapping, a released pool
  * (TIDE_EINVAL) and during a graph capture (TIDE_EBUSY). If a block's memory is still held once the
  * frees are done (a tide_retain not yet released), the blocks before it stay restored, the rest are
- * not, and TIDE_EBUSY names it. */
+ * not, and TIDE_EBUSY names it. Under guard:True a broken canary found while freeing is reported
+ * (TIDE_ECORRUPT) once the restore is done. */
 TIDE_API tide_status tide_pool_restore(tide_allocator *t, tide_pool_id pool, const tide_pool_block *blocks,
                                        size_t n);
 

@@ -418,8 +418,17 @@ tide_status tide_pool_restore(tide_allocator *t, tide_pool_id id, const tide_poo
         pthread_mutex_unlock(&t->pressure);
         return s;
     }
-    for (size_t i = 0; i < nlive && s == TIDE_OK; i++)
-        s = tide_free(t, (void *)live[i].ptr);
+    /* Every block is freed even if one free reports a failure: under guard:True a broken canary or a
+     * device error in checking it is reported, and the block freed all the same. */
+    tide_status freed = TIDE_OK;
+    char freed_message[512] = "";
+    for (size_t i = 0; i < nlive; i++) {
+        tide_status f = tide_free(t, (void *)live[i].ptr);
+        if (f != TIDE_OK && freed == TIDE_OK) {
+            freed = f;
+            snprintf(freed_message, sizeof freed_message, "%s", tide_last_error());
+        }
+    }
     free(live);
     /* Blocks used on other streams wait for their fences: the device finishes what it was given. */
     bool waiting = false;
@@ -428,7 +437,7 @@ tide_status tide_pool_restore(tide_allocator *t, tide_pool_id id, const tide_poo
         waiting |= ph.heaps[i]->pending_head != NULL;
         heap_unlock(ph.heaps[i]);
     }
-    if (s == TIDE_OK && waiting) {
+    if (waiting) {
         uint64_t seq;
         tide_status synced = device_synchronize(t, &seq);
         drain_after_synchronize(t, seq, synced);
@@ -442,6 +451,8 @@ tide_status tide_pool_restore(tide_allocator *t, tide_pool_id id, const tide_poo
     }
     pthread_mutex_unlock(&t->pressure);
     allocator_debug_check(t, 1, "tide_pool_restore");
+    if (s == TIDE_OK && freed != TIDE_OK)
+        return tide__fail(freed, "tide_pool_restore: freeing the pool's blocks: %s", freed_message);
     return s;
 }
 
