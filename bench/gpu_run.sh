@@ -6,6 +6,9 @@
 #   bench/gpu_run.sh adaptors       build, the Python adaptors' GPU tests (PyTorch, CuPy, numba, cuda.core,
 #                                   RMM), PyTorch's memory API beside native (test_torch_compat.py,
 #                                   JSON in $OUT), and the package installed with pip: python -m tidepool
+#   bench/gpu_run.sh train WORKLOADS [STEPS]  real training, five allocators in alternating rounds
+#                                   (bench/train.py: seed, gpt2, resnet50, lstm; default 100 steps),
+#                                   JSON in $OUT/train_WORKLOADS.json; one workload fits a call
 #   bench/gpu_run.sh bench          micro-benchmarks (gpu_bench micro, then turns) and trace replays
 #                                   against PyTorch's allocator and cudaMallocAsync
 #   bench/gpu_run.sh history        what tidepool's history costs: warm replays on the GPU with it off
@@ -78,6 +81,12 @@ b = json.load(open(sys.argv[1] + "/gpt2_tidepool.json"))["losses"]
 same = sum(x == y for x, y in zip(a, b))
 print("GPT-2: %d of %d steps have bit-identical losses (first %s, last %s)" % (same, len(a), float.fromhex(a[0]), float.fromhex(a[-1])))
 PY
+    ;;
+train)
+    build
+    python3 -c "import sys; sys.path.insert(0, 'python'); import tidepool.torch as t; t._build_shim()" 2>&1 | tail -2
+    python3 bench/train.py --workloads "${2:-seed}" --rounds "${ROUNDS:-5}" --steps "${3:-100}" \
+        --json "$OUT/train_${2:-seed}.json"
     ;;
 adaptors)
     build

@@ -1,18 +1,38 @@
 """Real training under several allocators, in alternating rounds, one table.
 
-    python3 bench/train.py [--workloads gpt2] [--allocators native,tidepool] [--rounds 5] [--steps 60]
-                           [--json OUT.json]
+    python3 bench/train.py [--workloads seed,gpt2,resnet50,lstm] [--allocators native,...]
+                           [--rounds 5] [--steps 200] [--json OUT.json]
+    python3 bench/train.py --summarize OUT1.json OUT2.json ...     (one table from several runs)
 
 Each (round, allocator) is a fresh process (an allocator is chosen before CUDA starts); rounds rotate
-the order of the allocators, so drift in the GPU's clocks falls on all alike. Per run: the median step
-time after the warm-up (the first pass over every shape the loop uses), peak allocated and reserved
-(torch.cuda's counters, which tidepool serves), the device's peak use (total less free, sampled each
-step). The table gives, per allocator, the median of the runs' step times and the median of the
-per-round ratios to the first allocator, with the rounds' spread.
+the order of the allocators, so drift in the GPU's clocks falls on all alike. --json is rewritten
+after every run, so a run cut short keeps what it measured.
 
-Workloads:
-  gpt2   GPT-2 small (Hugging Face transformers, random init), batch 8, sequence lengths varying per
-         step over 8 shapes from 128 to 1024, bf16 autocast, AdamW.
+Allocators:
+  native               PyTorch's caching allocator
+  native-expandable    the same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  async                PyTorch's cudaMallocAsync backend (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync)
+  tidepool             tidepool.torch.enable()
+  tidepool-expandable  tidepool.torch.enable("expandable_segments:True")
+
+Workloads (each step varies its shape over a fixed set; the warm-up is the first pass over every shape):
+  seed      the seed's loop: nn.Transformer(d_model=512, nhead=8), input 32x128x512, forward and
+            backward, synchronize and empty_cache every 100 steps (the warm-up: 2 steps)
+  gpt2      GPT-2 small (Hugging Face transformers, random init), batch 8, sequence lengths over 8
+            shapes from 128 to 1024, bf16 autocast, AdamW
+  resnet50  torchvision's ResNet-50, 224x224 images, batch sizes over 7 shapes from 16 to 64, bf16
+            autocast, SGD with momentum
+  lstm      embedding 512, a 2-layer LSTM of 1024, a 10,000-word head, batch 64, sequence lengths
+            over 8 shapes from 32 to 256, Adam
+
+Per run: the median step time after the warm-up; the device's peak use by NVML (sampled after each
+forward and each step), and the floor beneath it (NVML's use once CUDA and cuBLAS are up, less what
+the allocator then reserves: the context and libraries no allocator can save); peak allocated and
+reserved (torch.cuda's counters, which tidepool serves); reserved after a final empty_cache; driver
+allocations and frees (memory_stats' num_device_alloc and num_device_free, where the allocator keeps
+them) during the warm-up and after it; and flatness: the largest step-to-step growth of reserved
+memory over the last half of the steps (for seed, leaving out the step after each empty_cache, which
+must reserve again).
 """
 import argparse
 import json
@@ -23,88 +43,228 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LENGTHS = [128, 256, 384, 512, 640, 768, 896, 1024]
+ALLOCATORS = {  # name -> (PYTORCH_CUDA_ALLOC_CONF, tidepool's config or None for PyTorch's own)
+    "native": (None, None),
+    "native-expandable": ("expandable_segments:True", None),
+    "async": ("backend:cudaMallocAsync", None),
+    "tidepool": (None, ""),
+    "tidepool-expandable": (None, "expandable_segments:True"),
+}
+SEED_EMPTY_CACHE_EVERY = 100
+
+
+def make_workload(name, torch):
+    """(warm-up steps, step function of the step index, steps that follow an empty_cache)."""
+    torch.manual_seed(0)
+    if name == "seed":
+        model = torch.nn.Transformer(d_model=512, nhead=8).cuda()
+
+        def step(i):
+            x = torch.randn(32, 128, 512, device="cuda")
+            model(x, x).sum().backward()
+            if i % SEED_EMPTY_CACHE_EVERY == SEED_EMPTY_CACHE_EVERY - 1:
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+        return 2, step, lambda i: i % SEED_EMPTY_CACHE_EVERY == 0
+    if name == "gpt2":
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import transformers
+        lengths = [128, 256, 384, 512, 640, 768, 896, 1024]
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            ids = torch.randint(0, 50257, (8, lengths[(i * 5) % len(lengths)]), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return len(lengths), step, lambda i: False
+    if name == "resnet50":
+        import torchvision
+        batches = [16, 24, 32, 40, 48, 56, 64]
+        model = torchvision.models.resnet50().cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+        def step(i):
+            b = batches[(i * 3) % len(batches)]
+            images = torch.randn(b, 3, 224, 224, device="cuda")
+            labels = torch.randint(0, 1000, (b,), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(images), labels)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return len(batches), step, lambda i: False
+    if name == "lstm":
+        lengths = [32, 64, 96, 128, 160, 192, 224, 256]
+        vocab = 10000
+        embed = torch.nn.Embedding(vocab, 512).cuda()
+        lstm = torch.nn.LSTM(512, 1024, num_layers=2, batch_first=True).cuda()
+        head = torch.nn.Linear(1024, vocab).cuda()
+        params = list(embed.parameters()) + list(lstm.parameters()) + list(head.parameters())
+        opt = torch.optim.Adam(params, lr=1e-3)
+
+        def step(i):
+            tokens = torch.randint(0, vocab, (64, lengths[(i * 3) % len(lengths)] + 1), device="cuda")
+            out, _ = lstm(embed(tokens[:, :-1]))
+            loss = torch.nn.functional.cross_entropy(head(out).flatten(0, 1), tokens[:, 1:].flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return len(lengths), step, lambda i: False
+    raise SystemExit("bench/train.py: no workload %r (seed, gpt2, resnet50, lstm)" % name)
+
+
+def driver_calls(torch):
+    """(allocations, frees) the allocator made from the driver, or None where it does not count them."""
+    s = torch.cuda.memory_stats()
+    if "num_device_alloc" not in s:
+        return None
+    return s["num_device_alloc"], s["num_device_free"]
+
+
+def difference(later, earlier):
+    return None if later is None or earlier is None else [later[0] - earlier[0], later[1] - earlier[1]]
 
 
 def child(allocator, workload, steps):
-    os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    torch_conf, tidepool_conf = ALLOCATORS[allocator]
+    if torch_conf:
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = torch_conf
+    else:
+        os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    import pynvml
     import torch
-    if allocator == "tidepool":
+    if tidepool_conf is not None:
         sys.path.insert(0, os.path.join(ROOT, "python"))
         import tidepool.torch
-        tidepool.torch.enable()
-    assert workload == "gpt2", workload
-    import transformers
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    warmup = len(LENGTHS)  # every shape once
-    times, device_peak = [], 0
-    total = torch.cuda.get_device_properties(0).total_memory
-    for step in range(warmup + steps):
-        n = LENGTHS[(step * 5) % len(LENGTHS)]
-        ids = torch.randint(0, 50257, (8, n), device="cuda")
+        tidepool.torch.enable(tidepool_conf or None)
+    pynvml.nvmlInit()
+    nvml = pynvml.nvmlDeviceGetHandleByIndex(int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]))
+
+    def device_used():
+        return pynvml.nvmlDeviceGetMemoryInfo(nvml).used
+
+    a = torch.ones(256, 256, device="cuda")
+    (a @ a).sum().item()  # the context and cuBLAS are up
+    floor = device_used() - torch.cuda.memory_reserved()
+    del a
+    warmup, step, after_empty_cache = make_workload(workload, torch)
+    start_calls = driver_calls(torch)
+    times, reserved, device_peak = [], [], 0
+    warm_calls = None
+    for i in range(warmup + steps):
+        if i == warmup:
+            warm_calls = driver_calls(torch)
         torch.cuda.synchronize()
-        start = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        step(i)
         torch.cuda.synchronize()
-        if step >= warmup:
-            times.append(time.perf_counter() - start)
-        device_peak = max(device_peak, total - torch.cuda.mem_get_info()[0])
-    return {"allocator": allocator, "workload": workload, "ms_per_step": 1000 * statistics.median(times),
-            "peak_allocated": torch.cuda.max_memory_allocated(), "peak_reserved": torch.cuda.max_memory_reserved(),
-            "device_peak": device_peak, "backend": torch.cuda.memory.get_allocator_backend()}
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+        device_peak = max(device_peak, device_used())
+        reserved.append(torch.cuda.memory_reserved())
+    end_calls = driver_calls(torch)
+    half = warmup + steps // 2
+    growth = max([reserved[i] - reserved[i - 1] for i in range(max(half, 1), len(reserved))
+                  if not after_empty_cache(i)] or [0])
+    peak_allocated, peak_reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return {"allocator": allocator, "workload": workload, "backend": torch.cuda.memory.get_allocator_backend(),
+            "warmup_steps": warmup, "steps": steps, "ms_per_step": 1000 * statistics.median(times),
+            "device_peak": device_peak, "device_floor": floor, "peak_allocated": peak_allocated,
+            "peak_reserved": peak_reserved, "reserved_after_empty_cache": torch.cuda.memory_reserved(),
+            "driver_calls_warmup": difference(warm_calls, start_calls),
+            "driver_calls_after_warmup": difference(end_calls, warm_calls),
+            "max_reserved_growth_last_half": growth}
+
+
+def mib(x):
+    return "%.0f" % (x / 2**20)
+
+
+def calls(pair):
+    return "n/a" if pair is None else "%d + %d" % tuple(pair)
+
+
+def table(runs, allocators, workloads):
+    print("\n| workload | allocator | ms/step (median of runs) | ratio to %s: median of rounds (spread) "
+          "| device peak MiB (NVML) | peak reserved MiB | peak allocated MiB | reserved / allocated "
+          "| reserved after empty_cache MiB | driver allocs + frees, warm-up | after warm-up "
+          "| largest growth, last half, MiB |" % allocators[0])
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for workload in workloads:
+        base = {x["round"]: x["ms_per_step"] for x in runs
+                if x["workload"] == workload and x["allocator"] == allocators[0]}
+        for alloc in allocators:
+            mine = [x for x in runs if x["workload"] == workload and x["allocator"] == alloc]
+            if not mine:
+                continue
+            ratios = sorted(x["ms_per_step"] / base[x["round"]] for x in mine if x["round"] in base)
+            ratio = "%.3f (%.3f-%.3f)" % (statistics.median(ratios), ratios[0], ratios[-1]) if ratios else "n/a"
+            worst = max(mine, key=lambda x: x["device_peak"])
+            after = [x["driver_calls_after_warmup"] for x in mine]
+            print("| %s | %s | %.2f | %s | %s | %s | %s | %.3f | %s | %s | %s | %s |" % (
+                workload, alloc, statistics.median(x["ms_per_step"] for x in mine), ratio,
+                mib(worst["device_peak"]), mib(max(x["peak_reserved"] for x in mine)),
+                mib(max(x["peak_allocated"] for x in mine)),
+                max(x["peak_reserved"] / x["peak_allocated"] for x in mine),
+                mib(max(x["reserved_after_empty_cache"] for x in mine)), calls(mine[0]["driver_calls_warmup"]),
+                calls(max(after, key=lambda c: -1 if c is None else sum(c))),
+                mib(max(x["max_reserved_growth_last_half"] for x in mine))))
+        floors = [x["device_floor"] for x in runs if x["workload"] == workload]
+        print("| %s | (floor: context and libraries) | | | %s-%s | | | | | | | |"
+              % (workload, mib(min(floors)), mib(max(floors))))
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workloads", default="gpt2")
-    ap.add_argument("--allocators", default="native,tidepool")
+    ap.add_argument("--workloads", default="seed,gpt2,resnet50,lstm")
+    ap.add_argument("--allocators", default=",".join(ALLOCATORS))
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--json")
+    ap.add_argument("--summarize", nargs="+", metavar="JSON",
+                    help="print the table of runs saved by earlier --json runs, measuring nothing")
     ap.add_argument("--child", nargs=2, metavar=("ALLOCATOR", "WORKLOAD"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    allocators, workloads = args.allocators.split(","), args.workloads.split(",")
+    for a in allocators:
+        if a not in ALLOCATORS:
+            ap.error("no allocator %r (%s)" % (a, ", ".join(ALLOCATORS)))
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.steps)))
         return 0
-    allocators = args.allocators.split(",")
+    if args.summarize:
+        runs = [run for path in args.summarize for run in json.load(open(path))]
+        present = [a for a in allocators if any(x["allocator"] == a for x in runs)]
+        table(runs, present, [w for w in dict.fromkeys(x["workload"] for x in runs)])
+        return 0
     runs = []
-    for workload in args.workloads.split(","):
+    for workload in workloads:
         for r in range(args.rounds):
             order = allocators[r % len(allocators):] + allocators[:r % len(allocators)]
             for alloc in order:
                 p = subprocess.run([sys.executable, __file__, "--child", alloc, workload, "--steps", str(args.steps)],
                                    capture_output=True, text=True)
                 if p.returncode != 0:
-                    sys.stderr.write(p.stdout + p.stderr)
+                    sys.stderr.write(p.stdout[-2000:] + p.stderr[-4000:])
                     sys.exit("bench/train.py: %s under %s failed" % (workload, alloc))
                 run = json.loads(p.stdout.strip().splitlines()[-1])
                 run["round"] = r
                 runs.append(run)
-                print("round %d %-9s %-6s %8.2f ms/step  allocated %7.1f MiB  reserved %7.1f MiB  device %7.1f MiB"
-                      % (r + 1, alloc, workload, run["ms_per_step"], run["peak_allocated"] / 2**20,
-                         run["peak_reserved"] / 2**20, run["device_peak"] / 2**20), flush=True)
-    print("\n| workload | allocator | ms/step (median of runs) | ratio to %s: median of rounds (spread) "
-          "| peak allocated MiB | peak reserved MiB | device peak MiB |" % allocators[0])
-    print("|---|---|---|---|---|---|---|")
-    for workload in args.workloads.split(","):
-        base = {x["round"]: x["ms_per_step"] for x in runs if x["workload"] == workload and x["allocator"] == allocators[0]}
-        for alloc in allocators:
-            mine = [x for x in runs if x["workload"] == workload and x["allocator"] == alloc]
-            ratios = sorted(x["ms_per_step"] / base[x["round"]] for x in mine)
-            print("| %s | %s | %.2f | %.3f (%.3f-%.3f) | %.1f | %.1f | %.1f |" % (
-                workload, alloc, statistics.median(x["ms_per_step"] for x in mine), statistics.median(ratios),
-                ratios[0], ratios[-1], max(x["peak_allocated"] for x in mine) / 2**20,
-                max(x["peak_reserved"] for x in mine) / 2**20, max(x["device_peak"] for x in mine) / 2**20))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(runs, f, indent=1)
+                print("round %d %-19s %-8s %8.2f ms/step  device %6s MiB  reserved %6s MiB  allocated %6s MiB  "
+                      "driver calls after warm-up %s" % (r + 1, alloc, workload, run["ms_per_step"],
+                                                          mib(run["device_peak"]), mib(run["peak_reserved"]),
+                                                          mib(run["peak_allocated"]),
+                                                          calls(run["driver_calls_after_warmup"])), flush=True)
+                if args.json:
+                    with open(args.json, "w") as f:
+                        json.dump(runs, f, indent=1)
+    table(runs, allocators, workloads)
     return 0
 
 
