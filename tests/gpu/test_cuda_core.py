@@ -21,14 +21,7 @@ except Exception as e:  # noqa: BLE001 - any failure here means there is nothing
 
 import late_write  # noqa: E402
 import tidepool.cuda_core  # noqa: E402
-
-failures = []
-
-
-def check(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what, flush=True)
-    if not cond:
-        failures.append(what)
+from checklist import check, finish  # noqa: E402
 
 
 def cupy_stream(stream):
@@ -103,11 +96,7 @@ def main():
     s = mr.memory_stats()
     check(s["reserved_bytes.all.current"] == 0, "empty_cache gives every segment back (%d reserved)"
           % s["reserved_bytes.all.current"])
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        return 1
-    print("all passed")
-    return 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -21,14 +21,7 @@ import tidepool.cupy as tc  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import late_write  # noqa: E402
-
-failures = []
-
-
-def check(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what, flush=True)
-    if not cond:
-        failures.append(what)
+from checklist import check, finish  # noqa: E402
 
 
 def used():
@@ -110,11 +103,7 @@ def main():
         check(False, "an array larger than free memory raises")
     except cupy.cuda.memory.OutOfMemoryError as e:
         check("tidepool" in str(e), "cupy OutOfMemoryError with tidepool's report: %s" % str(e)[:200])
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        return 1
-    print("all passed")
-    return 0
+    return finish()
 
 
 if __name__ == "__main__":

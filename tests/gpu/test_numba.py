@@ -26,13 +26,8 @@ except Exception as e:  # noqa: BLE001 - any failure here means there is nothing
 
 import tidepool.numba as tn  # noqa: E402
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what, flush=True)
-    if not cond:
-        failures.append(what)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checklist import check, finish  # noqa: E402
 
 
 CHILD = """
@@ -104,11 +99,7 @@ def main():
     s = tn.memory_stats()
     check(s["allocated_bytes.all.current"] == 0 and s["reserved_bytes.all.current"] == 0,
           "after the arrays die and empty_cache, tidepool holds nothing (%d reserved)" % s["reserved_bytes.all.current"])
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        return 1
-    print("all passed")
-    return 0
+    return finish()
 
 
 if __name__ == "__main__":

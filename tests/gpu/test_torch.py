@@ -24,13 +24,8 @@ if not torch.cuda.is_available():
 
 import tidepool.torch as tt  # noqa: E402
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok    " if cond else "FAIL  ") + what, flush=True)
-    if not cond:
-        failures.append(what)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checklist import check, finish  # noqa: E402
 
 
 def device_used():
@@ -276,11 +271,7 @@ def main():
     test_snapshot_history_and_leak_report()
     test_snapshot_trace_in_order()
     test_dump_trace()
-    if failures:
-        print("%d check(s) failed" % len(failures))
-        return 1
-    print("all passed")
-    return 0
+    return finish()
 
 
 if __name__ == "__main__":
