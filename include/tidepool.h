@@ -381,7 +381,9 @@ TIDE_API tide_status tide_set_limit_fraction(tide_allocator *t, double fraction)
  * tide_trim, the limit and the garbage-collection threshold leave it alone). At 0 the pool is released:
  * no new allocation may be made in it, its blocks still allocated stay valid until freed, and its
  * wholly free segments go back to the device at the next tide_empty_cache (or as cache under pressure).
- * Pool ids are never reused; 0 is not a pool (tide_malloc_pool with pool 0 is tide_malloc). */
+ * Pool ids are never reused; 0 is not a pool (tide_malloc_pool with pool 0 is tide_malloc). The
+ * bookkeeping of a released pool whose memory has all gone back serves later pools, so a program may
+ * make and release pools without end. */
 typedef uint64_t tide_pool_id;
 
 TIDE_API tide_status tide_pool_create(tide_allocator *t, tide_pool_id *out);

@@ -28,6 +28,10 @@ static struct private_pool *find_pool(tide_allocator *t, tide_pool_id id)
     return NULL;
 }
 
+/* A released pool whose heaps all went to other pools is dropped from the table; its id stays
+ * released. Under heaps_lock. */
+static bool forgotten(const tide_allocator *t, tide_pool_id id) { return id != 0 && id <= t->next_pool_id; }
+
 static tide_status unknown_pool(const char *verb, tide_pool_id id)
 {
     return tide__fail(TIDE_EINVAL, "%s: pool %llu was never created by tide_pool_create on this allocator",
@@ -38,13 +42,20 @@ static tide_status unknown_pool(const char *verb, tide_pool_id id)
 static tide_status live_pool(tide_allocator *t, tide_pool_id id, const char *verb, struct private_pool **out)
 {
     struct private_pool *p = find_pool(t, id);
-    if (!p)
+    if (!p && !forgotten(t, id))
         return unknown_pool(verb, id);
-    if (p->use_count == 0)
+    if (!p || p->use_count == 0)
         return tide__fail(TIDE_EINVAL, "%s: pool %llu was released (its use count reached 0)", verb,
                           (unsigned long long)id);
     *out = p;
     return TIDE_OK;
+}
+
+/* Drops the released pool p from the table once it has no heap left. Under heaps_lock. */
+static void forget_if_empty(tide_allocator *t, struct private_pool *p)
+{
+    if (p->use_count == 0 && p->nheaps == 0)
+        *p = t->pools[--t->npools];
 }
 
 tide_status tide_pool_create(tide_allocator *t, tide_pool_id *out)
@@ -94,9 +105,11 @@ tide_status tide_pool_release(tide_allocator *t, tide_pool_id id)
     pthread_mutex_lock(&t->heaps_lock);
     struct private_pool *p = NULL;
     tide_status s = live_pool(t, id, "tide_pool_release", &p);
-    if (s == TIDE_OK && --p->use_count == 0)
+    if (s == TIDE_OK && --p->use_count == 0) {
         for (uint32_t i = 0; i < p->nheaps; i++)
             p->heaps[i]->keeps_memory = false;
+        forget_if_empty(t, p);
+    }
     pthread_mutex_unlock(&t->heaps_lock);
     pthread_mutex_unlock(&t->pressure);
     return s;
@@ -109,10 +122,11 @@ tide_status tide_pool_use_count(tide_allocator *t, tide_pool_id id, uint32_t *ou
         return tide__fail(TIDE_EINVAL, "tide_pool_use_count: out is NULL");
     pthread_mutex_lock(&t->heaps_lock);
     struct private_pool *p = find_pool(t, id);
-    if (p)
-        *out = p->use_count;
+    bool known = p || forgotten(t, id);
+    if (known)
+        *out = p ? p->use_count : 0;
     pthread_mutex_unlock(&t->heaps_lock);
-    return p ? TIDE_OK : unknown_pool("tide_pool_use_count", id);
+    return known ? TIDE_OK : unknown_pool("tide_pool_use_count", id);
 }
 
 tide_status tide_pool_memory(tide_allocator *t, tide_pool_id id, size_t *reserved, size_t *allocated)
@@ -128,8 +142,9 @@ tide_status tide_pool_memory(tide_allocator *t, tide_pool_id id, size_t *reserve
         a += (size_t)h->stats.pool[TIDE_POOL_ALL].allocated.cur;
         heap_unlock(h);
     }
+    bool known = p || forgotten(t, id);
     pthread_mutex_unlock(&t->heaps_lock);
-    if (!p)
+    if (!known)
         return unknown_pool("tide_pool_memory", id);
     if (reserved)
         *reserved = r;
@@ -138,17 +153,64 @@ tide_status tide_pool_memory(tide_allocator *t, tide_pool_id id, size_t *reserve
     return TIDE_OK;
 }
 
-/* The pool's heap for stream, made on first use. Under heaps_lock. */
-static tide_status pool_heap(tide_allocator *t, struct private_pool *p, tide_stream stream, struct heap **out)
+/* The pool's heap for stream, if it has one. Under heaps_lock. */
+static struct heap *heap_of_pool(const struct private_pool *p, tide_stream stream)
 {
     for (uint32_t i = 0; i < p->nheaps; i++)
-        if (p->heaps[i]->stream == stream) {
-            *out = p->heaps[i];
-            return TIDE_OK;
+        if (p->heaps[i]->stream == stream)
+            return p->heaps[i];
+    return NULL;
+}
+
+/* A heap of a released pool that serves stream and holds nothing (no segment, no block), taken from
+ * that pool for p: pools made and released over a long run (a graph captured again and again, a
+ * MemPool per phase) then do not use up the allocator's heaps. Under the pressure lock (keeps_memory
+ * is read under it) and heaps_lock. */
+static struct heap *recycle_heap(tide_allocator *t, struct private_pool *p, tide_stream stream,
+                                 uint32_t *from)
+{
+    for (uint32_t i = 0; i < t->npools; i++) {
+        struct private_pool *old = &t->pools[i];
+        if (old->use_count || old == p)
+            continue;
+        for (uint32_t k = 0; k < old->nheaps; k++) {
+            struct heap *h = old->heaps[k];
+            if (h->stream != stream)
+                continue;
+            heap_lock(h);
+            bool empty = !h->segments && !h->pending_head && !h->parked && h->map.count == 0;
+            if (empty) {
+                h->pool_id = p->id;
+                h->keeps_memory = true;
+            }
+            heap_unlock(h);
+            if (!empty)
+                continue;
+            old->heaps[k] = old->heaps[--old->nheaps];
+            *from = i;
+            return h;
         }
+    }
+    return NULL;
+}
+
+/* The pool's heap for stream: its own, a released pool's empty one, or a new one. Under the
+ * pressure lock and heaps_lock. */
+static tide_status pool_heap(tide_allocator *t, struct private_pool *p, tide_stream stream, struct heap **out)
+{
+    if ((*out = heap_of_pool(p, stream)))
+        return TIDE_OK;
     if (p->nheaps == TIDE_POOL_MAX_STREAMS)
         return tide__fail(TIDE_EINVAL, "tide_malloc_pool: pool %llu is used on more than %d streams",
                           (unsigned long long)p->id, TIDE_POOL_MAX_STREAMS);
+    uint32_t from;
+    struct heap *recycled = recycle_heap(t, p, stream, &from);
+    if (recycled) {
+        p->heaps[p->nheaps++] = recycled;
+        *out = recycled;
+        forget_if_empty(t, &t->pools[from]); /* last: it may move the table's entries, p's too */
+        return TIDE_OK;
+    }
     uint32_t n = atomic_load(&t->nheaps);
     if (n == TIDE_MAX_HEAPS)
         return tide__fail(TIDE_EINVAL, "tide_malloc_pool: the allocator has %d heaps (streams, and the "
@@ -180,8 +242,17 @@ tide_status tide_malloc_pool(tide_allocator *t, size_t size, tide_stream stream,
     struct heap *h = NULL;
     tide_status s = live_pool(t, id, "tide_malloc_pool", &p); /* a released pool takes no allocation */
     if (s == TIDE_OK)
-        s = pool_heap(t, p, stream, &h);
+        h = heap_of_pool(p, stream);
     pthread_mutex_unlock(&t->heaps_lock);
+    if (s == TIDE_OK && !h) { /* the pool's first use of stream: a heap, under both locks */
+        pthread_mutex_lock(&t->pressure);
+        pthread_mutex_lock(&t->heaps_lock);
+        s = live_pool(t, id, "tide_malloc_pool", &p);
+        if (s == TIDE_OK)
+            s = pool_heap(t, p, stream, &h);
+        pthread_mutex_unlock(&t->heaps_lock);
+        pthread_mutex_unlock(&t->pressure);
+    }
     if (s != TIDE_OK)
         return s;
     return allocator_malloc_in_heap(t, h, size, out, __builtin_return_address(0));
@@ -235,9 +306,10 @@ static tide_status heaps_of_pool(tide_allocator *t, tide_pool_id id, const char 
     tide_status s = TIDE_OK;
     if (must_be_live)
         s = live_pool(t, id, verb, &p);
-    else if (!(p = find_pool(t, id)))
+    else if (!(p = find_pool(t, id)) && !forgotten(t, id))
         s = unknown_pool(verb, id);
-    if (s == TIDE_OK) {
+    out->n = 0;
+    if (s == TIDE_OK && p) {
         out->n = p->nheaps;
         memcpy(out->heaps, p->heaps, p->nheaps * sizeof *p->heaps);
     }

@@ -449,6 +449,56 @@ static void test_restore_meets_held_memory(void)
     fixture_close(&f);
 }
 
+/* Pools made and released again and again (a graph captured anew each phase) reuse the heaps of
+ * released pools that hold nothing: far more pools than the allocator has heaps. A released pool's
+ * heap that still holds a block stays that pool's. */
+static void test_released_pools_lend_their_heaps(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream side;
+    CHECK_OK(tide_sim_stream_create(f.sim, &side));
+    tide_pool_id first = 0, pool = 0;
+    for (int i = 0; i < 3 * 1024; i++) {
+        void *p, *q;
+        CHECK_OK(tide_pool_create(f.t, &pool));
+        if (!first)
+            first = pool;
+        CHECK_OK(tide_malloc_pool(f.t, 4096, 0, pool, &p));
+        CHECK_OK(tide_malloc_pool(f.t, 2 * MIB, side, pool, &q));
+        CHECK_OK(tide_free(f.t, p));
+        CHECK_OK(tide_free(f.t, q));
+        CHECK_OK(tide_pool_release(f.t, pool));
+        CHECK_OK(tide_empty_cache(f.t, NULL)); /* the released pool's memory goes back */
+    }
+    uint32_t uses = 7;
+    CHECK_OK(tide_pool_use_count(f.t, first, &uses)); /* long forgotten, still known as released */
+    CHECK(uses == 0);
+    CHECK_STATUS(tide_pool_retain(f.t, first), TIDE_EINVAL);
+    CHECK_MESSAGE("was released");
+    CHECK_STATUS(tide_pool_use_count(f.t, pool + 1, &uses), TIDE_EINVAL); /* never made */
+
+    tide_pool_id holder, next;
+    void *kept, *fresh;
+    CHECK_OK(tide_pool_create(f.t, &holder));
+    CHECK_OK(tide_malloc_pool(f.t, 4096, 0, holder, &kept));
+    CHECK_OK(tide_pool_release(f.t, holder)); /* released, its block still allocated */
+    CHECK_OK(tide_pool_create(f.t, &next));
+    CHECK_OK(tide_malloc_pool(f.t, 4096, 0, next, &fresh));
+    tide_pool_id of = 0;
+    CHECK_OK(tide_pool_of(f.t, kept, &of));
+    CHECK(of == holder);
+    CHECK_OK(tide_pool_of(f.t, fresh, &of));
+    CHECK(of == next);
+    CHECK_OK(tide_check(f.t));
+    CHECK_OK(tide_free(f.t, kept));
+    CHECK_OK(tide_free(f.t, fresh));
+    CHECK_OK(tide_pool_release(f.t, next));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(reserved_of(f.t) == 0);
+    fixture_close(&f);
+}
+
 int main(void)
 {
     RUN(test_pool_memory_is_kept_apart);
@@ -462,5 +512,6 @@ int main(void)
     RUN(test_snapshot_names_the_pool);
     RUN(test_checkpoint_and_restore);
     RUN(test_restore_meets_held_memory);
+    RUN(test_released_pools_lend_their_heaps);
     return HARNESS_EXIT();
 }
