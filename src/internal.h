@@ -355,11 +355,11 @@ void heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uintptr_t h
 struct block *block_new(struct heap *h);
 void block_recycle(struct heap *h, struct block *b);
 void block_uses_clear(struct block *b);
-/* The block of h's segment seg that contains addr, by walking (slow; for messages). */
 /* Under h->lock: makes [addr, addr + size) of the FREE block b ACTIVE, exactly there: what lies below
  * and above stays FREE, as blocks of their own (tide_pool_restore). On failure nothing changes. */
 struct block *heap_take_at(struct heap *h, struct block *b, uintptr_t addr, size_t size, size_t requested,
                           tide_status *status);
+/* The block of h's segment seg that contains addr, by walking (slow: for messages and tide_pool_restore). */
 struct block *segment_block_at(struct segment *seg, uintptr_t addr);
 
 /* ---- lifecycle.c: ACTIVE -> PENDING -> FREE ------------------------------------------------------ */

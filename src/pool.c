@@ -292,7 +292,8 @@ tide_status tide_segment_of(tide_allocator *t, void *ptr, uintptr_t *base, size_
 /* ---- checkpoints --------------------------------------------------------------------------------------- */
 
 /* A copy of the pool's heaps, so that the table's lock need not be held while waiting for the device
- * (a pool's heaps live as long as the allocator). Under heaps_lock. */
+ * (heaps live as long as the allocator, and change pools only under the pressure lock, which the
+ * copy's users hold). */
 struct pool_heaps {
     uint32_t n;
     struct heap *heaps[TIDE_POOL_MAX_STREAMS];
@@ -371,14 +372,14 @@ tide_status tide_pool_blocks(tide_allocator *t, tide_pool_id id, tide_pool_block
     CHECK_ALLOCATOR(t);
     if (!count || (cap && !blocks))
         return tide__fail(TIDE_EINVAL, "tide_pool_blocks: %s is NULL", count ? "blocks" : "count");
-    struct pool_heaps ph;
-    tide_status s = heaps_of_pool(t, id, "tide_pool_blocks", false, &ph);
-    if (s != TIDE_OK)
-        return s;
+    /* The pressure lock first: a released pool's heaps go to other pools under it (recycle_heap). */
     pthread_mutex_lock(&t->pressure);
+    struct pool_heaps ph;
     tide_pool_block *all = NULL;
     size_t n = 0;
-    s = collect_active(t, &ph, &all, &n);
+    tide_status s = heaps_of_pool(t, id, "tide_pool_blocks", false, &ph);
+    if (s == TIDE_OK)
+        s = collect_active(t, &ph, &all, &n);
     pthread_mutex_unlock(&t->pressure);
     if (s != TIDE_OK)
         return s;
@@ -472,16 +473,17 @@ tide_status tide_pool_restore(tide_allocator *t, tide_pool_id id, const tide_poo
     CHECK_ALLOCATOR(t);
     if (n && !blocks)
         return tide__fail(TIDE_EINVAL, "tide_pool_restore: blocks is NULL");
+    /* The pressure lock: no capture begins, nothing is released and no heap changes pools until the
+     * pool is back. */
+    pthread_mutex_lock(&t->pressure);
     struct pool_heaps ph;
     tide_status s = heaps_of_pool(t, id, "tide_pool_restore", true, &ph);
-    if (s != TIDE_OK)
-        return s;
-    /* The pressure lock: no capture begins, and nothing is released, until the pool is back. */
-    pthread_mutex_lock(&t->pressure);
-    if (atomic_load(&t->captures)) {
+    if (s == TIDE_OK && atomic_load(&t->captures))
+        s = tide__fail(TIDE_EBUSY, "tide_pool_restore during a graph capture: it may have to wait for the "
+                       "device");
+    if (s != TIDE_OK) {
         pthread_mutex_unlock(&t->pressure);
-        return tide__fail(TIDE_EBUSY, "tide_pool_restore during a graph capture: it may have to wait for "
-                          "the device");
+        return s;
     }
     tide_pool_block *live = NULL;
     size_t nlive = 0;

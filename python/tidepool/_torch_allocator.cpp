@@ -195,21 +195,27 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         void *p = nullptr;
         tide_allocator *t = allocator_of(device);
         tide_status s = tide_malloc_pool(t, size, reinterpret_cast<tide_stream>(stream), pool, &p);
-        std::string why = s == TIDE_ENOMEM ? tide_last_error() : "";
-        if (s == TIDE_ENOMEM && pool == 0)
-            s = malloc_from_oom_pools(device, t, size, stream, &p, &pool);
-        if (s == TIDE_ENOMEM) {
-            size_t free_b = 0, total_b = 0;
-            cudaMemGetInfo(&free_b, &total_b);
-            tide_stats st = stats_of(device);
-            for (auto &observer : oom_observers_)
-                observer(device, static_cast<size_t>(st.allocated_bytes[TIDE_POOL_ALL].current), total_b, free_b);
-            record(cda::TraceEntry::OOM, device, free_b, size, stream, pool);
-            TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (tidepool). ", why);
-        }
+        if (s == TIDE_ENOMEM)
+            out_of_memory(device, t, size, stream, &p, &pool, &s);
         TORCH_CHECK(s == TIDE_OK, "tidepool: ", why_or(tide_last_error()));
         record(cda::TraceEntry::ALLOC, device, reinterpret_cast<size_t>(p), size, stream, pool);
         return p;
+    }
+    // Out of memory: a MemPool(use_on_oom=True) may still serve it (*s becomes TIDE_OK); if none does,
+    // the observers hear of it and PyTorch's OutOfMemoryError is raised with tidepool's report.
+    void out_of_memory(DeviceIndex device, tide_allocator *t, size_t size, cudaStream_t stream, void **p,
+                       tide_pool_id *pool, tide_status *s)
+    {
+        std::string why = tide_last_error();
+        if (*pool == 0 && (*s = malloc_from_oom_pools(device, t, size, stream, p, pool)) == TIDE_OK)
+            return;
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        tide_stats st = stats_of(device);
+        for (auto &observer : oom_observers_)
+            observer(device, static_cast<size_t>(st.allocated_bytes[TIDE_POOL_ALL].current), total_b, free_b);
+        record(cda::TraceEntry::OOM, device, free_b, size, stream, *pool);
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (tidepool). ", why);
     }
     // MemPool(use_on_oom=True): where the device is out of memory, an allocation outside every pool
     // may come from such a pool's own segments (it then belongs to that pool, as in PyTorch).
@@ -478,7 +484,6 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     // each checkpointed block comes back as a DataPtr with tidepool's deleter, for the live storages.
     struct PoolCheckpoint final : cca::AllocatorState {
         DeviceIndex device;
-        MempoolId_t id;
         tide_pool_id pool;
         std::vector<tide_pool_block> blocks;
     };
@@ -503,7 +508,6 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     {
         auto state = std::make_shared<PoolCheckpoint>();
         state->device = device;
-        state->id = id;
         state->pool = known_pool(device, id);
         state->blocks = pool_blocks(allocator_of(device), state->pool);
         return state;
