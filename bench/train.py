@@ -30,7 +30,8 @@ forward and each step), and the floor beneath it (NVML's use once CUDA and cuBLA
 the allocator then reserves: the context and libraries no allocator can save); peak allocated and
 reserved (torch.cuda's counters, which tidepool serves); reserved after a final empty_cache; driver
 allocations and frees (memory_stats' num_device_alloc and num_device_free, where the allocator keeps
-them) during the warm-up and after it; and flatness: the largest step-to-step growth of reserved
+them) during the warm-up and after it (after it: leaving out the seed loop's empty_cache step and the
+step after it, which must release and reserve again; those are counted apart); and flatness: the largest step-to-step growth of reserved
 memory over the last half of the steps (for seed, leaving out the step after each empty_cache, which
 must reserve again).
 """
@@ -54,7 +55,8 @@ SEED_EMPTY_CACHE_EVERY = 100
 
 
 def make_workload(name, torch):
-    """(warm-up steps, step function of the step index, steps that follow an empty_cache)."""
+    """(warm-up steps, step function of the step index, the steps the loop's own empty_cache touches:
+    the one that calls it, whose frees are the loop's, and the next, which must reserve again)."""
     torch.manual_seed(0)
     if name == "seed":
         model = torch.nn.Transformer(d_model=512, nhead=8).cuda()
@@ -65,7 +67,7 @@ def make_workload(name, torch):
             if i % SEED_EMPTY_CACHE_EVERY == SEED_EMPTY_CACHE_EVERY - 1:
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()
-        return 2, step, lambda i: i % SEED_EMPTY_CACHE_EVERY == 0
+        return 2, step, lambda i: i > 0 and i % SEED_EMPTY_CACHE_EVERY in (0, SEED_EMPTY_CACHE_EVERY - 1)
     if name == "gpt2":
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import transformers
@@ -118,9 +120,10 @@ def make_workload(name, torch):
 
 
 def driver_calls(torch):
-    """(allocations, frees) the allocator made from the driver, or None where it does not count them."""
+    """(allocations, frees) the allocator made from the driver, or None where it does not count them
+    (cudaMallocAsync's pool takes memory from the driver out of PyTorch's sight)."""
     s = torch.cuda.memory_stats()
-    if "num_device_alloc" not in s:
+    if "num_device_alloc" not in s or torch.cuda.memory.get_allocator_backend() == "cudaMallocAsync":
         return None
     return s["num_device_alloc"], s["num_device_free"]
 
@@ -151,13 +154,11 @@ def child(allocator, workload, steps):
     (a @ a).sum().item()  # the context and cuBLAS are up
     floor = device_used() - torch.cuda.memory_reserved()
     del a
-    warmup, step, after_empty_cache = make_workload(workload, torch)
-    start_calls = driver_calls(torch)
+    warmup, step, touched_by_empty_cache = make_workload(workload, torch)
     times, reserved, device_peak = [], [], 0
-    warm_calls = None
+    calls_warmup, calls_after, calls_empty_cache = [0, 0], [0, 0], [0, 0]
     for i in range(warmup + steps):
-        if i == warmup:
-            warm_calls = driver_calls(torch)
+        before = driver_calls(torch)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         step(i)
@@ -166,10 +167,15 @@ def child(allocator, workload, steps):
             times.append(time.perf_counter() - t0)
         device_peak = max(device_peak, device_used())
         reserved.append(torch.cuda.memory_reserved())
-    end_calls = driver_calls(torch)
+        made = difference(driver_calls(torch), before)
+        if made is not None:
+            total = calls_warmup if i < warmup else calls_empty_cache if touched_by_empty_cache(i) else calls_after
+            total[0] += made[0]
+            total[1] += made[1]
+    counted = driver_calls(torch) is not None
     half = warmup + steps // 2
     growth = max([reserved[i] - reserved[i - 1] for i in range(max(half, 1), len(reserved))
-                  if not after_empty_cache(i)] or [0])
+                  if not touched_by_empty_cache(i)] or [0])
     peak_allocated, peak_reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
@@ -177,8 +183,9 @@ def child(allocator, workload, steps):
             "warmup_steps": warmup, "steps": steps, "ms_per_step": 1000 * statistics.median(times),
             "device_peak": device_peak, "device_floor": floor, "peak_allocated": peak_allocated,
             "peak_reserved": peak_reserved, "reserved_after_empty_cache": torch.cuda.memory_reserved(),
-            "driver_calls_warmup": difference(warm_calls, start_calls),
-            "driver_calls_after_warmup": difference(end_calls, warm_calls),
+            "driver_calls_warmup": calls_warmup if counted else None,
+            "driver_calls_after_warmup": calls_after if counted else None,
+            "driver_calls_around_empty_cache": calls_empty_cache if counted else None,
             "max_reserved_growth_last_half": growth}
 
 
@@ -188,6 +195,13 @@ def mib(x):
 
 def calls(pair):
     return "n/a" if pair is None else "%d + %d" % tuple(pair)
+
+
+def around_empty_cache(runs):
+    """The driver calls of the loop's own empty_cache and the step after it, where there are any."""
+    pairs = [x.get("driver_calls_around_empty_cache") for x in runs]
+    pairs = [p for p in pairs if p is not None and sum(p)]
+    return " (empty_cache's steps: %s)" % calls(max(pairs, key=sum)) if pairs else ""
 
 
 def table(runs, allocators, workloads):
@@ -213,7 +227,8 @@ def table(runs, allocators, workloads):
                 mib(max(x["peak_allocated"] for x in mine)),
                 max(x["peak_reserved"] / x["peak_allocated"] for x in mine),
                 mib(max(x["reserved_after_empty_cache"] for x in mine)), calls(mine[0]["driver_calls_warmup"]),
-                calls(max(after, key=lambda c: -1 if c is None else sum(c))),
+                calls(max(after, key=lambda c: -1 if c is None else sum(c)))
+                + around_empty_cache(mine),
                 mib(max(x["max_reserved_growth_last_half"] for x in mine))))
         floors = [x["device_floor"] for x in runs if x["workload"] == workload]
         print("| %s | (floor: context and libraries) | | | %s-%s | | | | | | | |"
