@@ -35,7 +35,7 @@ import pickle, sys
 import numpy as np
 from numba import cuda
 handle = pickle.loads(sys.stdin.buffer.read())
-array = handle.open_array(cuda.current_context(), shape=(1 << 20,), dtype=np.float32)
+array = handle.open()  # an IpcArrayHandle: the array's shape and dtype travel with it
 print(float(array.copy_to_host().sum()))
 handle.close()
 """
@@ -94,11 +94,12 @@ def main():
     except Exception as e:  # noqa: BLE001 - numba raises its CudaAPIError
         check("tidepool" in str(e), "out of memory raises %s with tidepool's report" % type(e).__name__)
 
-    del d_x, d_y, d_out
+    del d_x, d_y, d_out, handle  # the IPC handle holds its array's memory alive
     tn.empty_cache()
     s = tn.memory_stats()
     check(s["allocated_bytes.all.current"] == 0 and s["reserved_bytes.all.current"] == 0,
-          "after the arrays die and empty_cache, tidepool holds nothing (%d reserved)" % s["reserved_bytes.all.current"])
+          "after the arrays die and empty_cache, tidepool holds nothing (%d allocated, %d reserved)"
+          % (s["allocated_bytes.all.current"], s["reserved_bytes.all.current"]))
     return finish()
 
 
