@@ -3,6 +3,9 @@
     python3 bench/train.py [--workloads seed,gpt2,resnet50,lstm] [--allocators native,...]
                            [--rounds 5] [--steps 200] [--json OUT.json]
     python3 bench/train.py --summarize OUT1.json OUT2.json ...     (one table from several runs)
+    python3 bench/train.py --record DIR [--workloads ...] [--steps N]   (each tidepool allocator once,
+                           its allocations recorded as a trace, with where each step begins and where
+                           the driver was called, to replay on the simulated device)
 
 Each (round, allocator) is a fresh process (an allocator is chosen before CUDA starts); rounds rotate
 the order of the allocators, so drift in the GPU's clocks falls on all alike. --json is rewritten
@@ -132,7 +135,41 @@ def difference(later, earlier):
     return None if later is None or earlier is None else [later[0] - earlier[0], later[1] - earlier[1]]
 
 
-def child(allocator, workload, steps):
+def write_recording(tt, path):
+    """The history of a recorded run as a trace (path + ".csv.gz", replayable by tidepool replay) and,
+    beside it (path + ".json"), the trace line where each step begins and every segment reserved or
+    released (the driver's calls; pages mapped and unmapped, with expandable segments) with its step
+    and trace line, so that a replay can be held against the live run."""
+    from tidepool import trace
+    history = json.loads(tt._require().history_json(torch_device()))
+    trace.write_trace(history, path + ".csv.gz")
+    live, line, step = set(), 0, -1
+    steps, segments = [], []
+    for e in history["events"]:
+        kind = e["kind"]
+        if kind == "alloc":
+            live.add(e["addr"])
+            line += 1
+        elif kind == "free_requested" and e["addr"] in live:
+            live.discard(e["addr"])
+            line += 1
+        elif kind == "empty_cache":
+            line += 1
+        elif kind == "annotation" and (e["tag"] or "").startswith("step "):
+            step = int(e["tag"].split()[1])
+            steps.append(line)
+        elif kind in ("segment_reserved", "segment_released"):
+            segments.append({"step": step, "line": line, "kind": kind, "size": e["size"]})
+    with open(path + ".json", "w") as f:
+        json.dump({"step_begins_at_line": steps, "segments": segments, "dropped": history.get("dropped")}, f)
+
+
+def torch_device():
+    import torch
+    return torch.cuda.current_device()
+
+
+def child(allocator, workload, steps, record=None):
     torch_conf, tidepool_conf = ALLOCATORS[allocator]
     if torch_conf:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = torch_conf
@@ -144,6 +181,8 @@ def child(allocator, workload, steps):
         sys.path.insert(0, os.path.join(ROOT, "python"))
         import tidepool.torch
         tidepool.torch.enable(tidepool_conf or None)
+        if record:
+            tidepool.torch.record_memory_history(max_entries=4_000_000, ordered=True)
     pynvml.nvmlInit()
     nvml = pynvml.nvmlDeviceGetHandleByIndex(int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]))
 
@@ -157,7 +196,10 @@ def child(allocator, workload, steps):
     warmup, step, touched_by_empty_cache = make_workload(workload, torch)
     times, reserved, device_peak = [], [], 0
     calls_warmup, calls_after, calls_empty_cache = [0, 0], [0, 0], [0, 0]
+    steps_with_calls = []  # [step, allocations, frees] where the driver was called
     for i in range(warmup + steps):
+        if record:
+            tidepool.torch.annotate("step %d" % i)
         before = driver_calls(torch)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -168,6 +210,8 @@ def child(allocator, workload, steps):
         device_peak = max(device_peak, device_used())
         reserved.append(torch.cuda.memory_reserved())
         made = difference(driver_calls(torch), before)
+        if made is not None and sum(made):
+            steps_with_calls.append([i] + made)
         if made is not None:
             total = calls_warmup if i < warmup else calls_empty_cache if touched_by_empty_cache(i) else calls_after
             total[0] += made[0]
@@ -179,6 +223,8 @@ def child(allocator, workload, steps):
     peak_allocated, peak_reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
+    if record:
+        write_recording(tidepool.torch, record)
     return {"allocator": allocator, "workload": workload, "backend": torch.cuda.memory.get_allocator_backend(),
             "warmup_steps": warmup, "steps": steps, "ms_per_step": 1000 * statistics.median(times),
             "device_peak": device_peak, "device_floor": floor, "peak_allocated": peak_allocated,
@@ -186,6 +232,7 @@ def child(allocator, workload, steps):
             "driver_calls_warmup": calls_warmup if counted else None,
             "driver_calls_after_warmup": calls_after if counted else None,
             "driver_calls_around_empty_cache": calls_empty_cache if counted else None,
+            "driver_calls_by_step": steps_with_calls if counted else None,
             "max_reserved_growth_last_half": growth}
 
 
@@ -235,6 +282,16 @@ def table(runs, allocators, workloads):
               % (workload, mib(min(floors)), mib(max(floors))))
 
 
+def run_child(allocator, workload, steps, record=None):
+    """One run in a fresh process: its result."""
+    command = [sys.executable, __file__, "--child", allocator, workload, "--steps", str(steps)]
+    p = subprocess.run(command + (["--child-record", record] if record else []), capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-2000:] + p.stderr[-4000:])
+        sys.exit("bench/train.py: %s under %s failed" % (workload, allocator))
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workloads", default="seed,gpt2,resnet50,lstm")
@@ -244,14 +301,27 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--summarize", nargs="+", metavar="JSON",
                     help="print the table of runs saved by earlier --json runs, measuring nothing")
+    ap.add_argument("--record", metavar="DIR",
+                    help="instead of the rounds: one run of each workload under each tidepool allocator, "
+                    "its history written to DIR as WORKLOAD_ALLOCATOR.csv.gz, a trace for tidepool replay, "
+                    "and WORKLOAD_ALLOCATOR.json, where its steps begin in the trace and its driver calls")
     ap.add_argument("--child", nargs=2, metavar=("ALLOCATOR", "WORKLOAD"), help=argparse.SUPPRESS)
+    ap.add_argument("--child-record", help=argparse.SUPPRESS)
     args = ap.parse_args()
     allocators, workloads = args.allocators.split(","), args.workloads.split(",")
     for a in allocators:
         if a not in ALLOCATORS:
             ap.error("no allocator %r (%s)" % (a, ", ".join(ALLOCATORS)))
     if args.child:
-        print(json.dumps(child(args.child[0], args.child[1], args.steps)))
+        print(json.dumps(child(args.child[0], args.child[1], args.steps, args.child_record)))
+        return 0
+    if args.record:
+        os.makedirs(args.record, exist_ok=True)
+        for workload in workloads:
+            for alloc in (a for a in allocators if ALLOCATORS[a][1] is not None):
+                path = os.path.join(args.record, "%s_%s" % (workload, alloc))
+                run_child(alloc, workload, args.steps, path)
+                print("recorded %s under %s: %s.csv.gz and %s.json" % (workload, alloc, path, path), flush=True)
         return 0
     if args.summarize:
         runs = [run for path in args.summarize for run in json.load(open(path))]
@@ -263,12 +333,7 @@ def main():
         for r in range(args.rounds):
             order = allocators[r % len(allocators):] + allocators[:r % len(allocators)]
             for alloc in order:
-                p = subprocess.run([sys.executable, __file__, "--child", alloc, workload, "--steps", str(args.steps)],
-                                   capture_output=True, text=True)
-                if p.returncode != 0:
-                    sys.stderr.write(p.stdout[-2000:] + p.stderr[-4000:])
-                    sys.exit("bench/train.py: %s under %s failed" % (workload, alloc))
-                run = json.loads(p.stdout.strip().splitlines()[-1])
+                run = run_child(alloc, workload, args.steps)
                 run["round"] = r
                 runs.append(run)
                 print("round %d %-19s %-8s %8.2f ms/step  device %6s MiB  reserved %6s MiB  allocated %6s MiB  "

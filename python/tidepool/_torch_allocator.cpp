@@ -842,6 +842,12 @@ void history_start(int device, int64_t capacity, bool stacks, bool ordered)
 
 void history_stop(int device) { tide_history_stop(allocator_of(device)); }
 
+void annotate(int device, const std::string &text)
+{
+    tide_status s = tide_annotate(allocator_of(device), text.c_str());
+    TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
+}
+
 std::string history_json(int device)
 {
     char *text = nullptr;
@@ -873,6 +879,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("set_limit", &set_limit);
     m.def("history_start", &history_start, "tide_history_start on one device's allocator");
     m.def("history_stop", &history_stop);
+    m.def("annotate", &annotate, "tide_annotate on one device's allocator: a mark in its history");
     m.def("history_json", &history_json);
     m.def("snapshot_json", &snapshot_json);
     m.def("leak_report", &leak_report);

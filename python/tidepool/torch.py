@@ -196,6 +196,12 @@ def record_memory_history(enabled=True, max_entries=100000, stacks=False, device
             shim.history_stop(d)
 
 
+def annotate(text, device=None):
+    """Marks this point in the history of one device's allocator (the current device if None) with
+    text, e.g. "step 12": an annotation event among the allocations. Needs record_memory_history on."""
+    _require().annotate(_device_index(device), str(text))
+
+
 def _frames(names):
     """tidepool's "libx.so(function+0x1c)" strings as PyTorch's frame dicts."""
     out = []
