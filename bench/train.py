@@ -29,14 +29,14 @@ Workloads (each step varies its shape over a fixed set; the warm-up is the first
             over 8 shapes from 32 to 256, Adam
 
 Per run: the median step time after the warm-up; the device's peak use by NVML (sampled after each
-forward and each step), and the floor beneath it (NVML's use once CUDA and cuBLAS are up, less what
-the allocator then reserves: the context and libraries no allocator can save); peak allocated and
-reserved (torch.cuda's counters, which tidepool serves); reserved after a final empty_cache; driver
-allocations and frees (memory_stats' num_device_alloc and num_device_free, where the allocator keeps
-them) during the warm-up and after it (after it: leaving out the seed loop's empty_cache step and the
-step after it, which must release and reserve again; those are counted apart); and flatness: the largest step-to-step growth of reserved
-memory over the last half of the steps (for seed, leaving out the step after each empty_cache, which
-must reserve again).
+step), and the floor beneath it (NVML's use once CUDA and cuBLAS are up, less what the allocator then
+reserves: the context and libraries no allocator can save); peak allocated and reserved (torch.cuda's
+counters, which tidepool serves); reserved after a final empty_cache; driver allocations and frees
+(memory_stats' num_device_alloc and num_device_free, where the allocator keeps them) during the warm-up
+and after it, with the steps that made them, and under tidepool the time they took (device_call_ns);
+after the warm-up leaves out the seed loop's empty_cache step and the step after it, which must
+release and reserve again (those are counted apart); and flatness: the largest step-to-step growth of
+reserved memory over the last half of the steps (for seed, leaving out those same steps).
 """
 import argparse
 import json
@@ -197,10 +197,14 @@ def child(allocator, workload, steps, record=None):
     times, reserved, device_peak = [], [], 0
     calls_warmup, calls_after, calls_empty_cache = [0, 0], [0, 0], [0, 0]
     steps_with_calls = []  # [step, allocations, frees] where the driver was called
+    driver_ns_warmup = driver_ns_after = 0  # tidepool's time in those calls (device_call_ns)
+
+    def driver_ns():
+        return tidepool.torch.memory_stats()["device_call_ns"] if tidepool_conf is not None else 0
     for i in range(warmup + steps):
         if record:
             tidepool.torch.annotate("step %d" % i)
-        before = driver_calls(torch)
+        before, before_ns = driver_calls(torch), driver_ns()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         step(i)
@@ -210,6 +214,10 @@ def child(allocator, workload, steps, record=None):
         device_peak = max(device_peak, device_used())
         reserved.append(torch.cuda.memory_reserved())
         made = difference(driver_calls(torch), before)
+        if i < warmup:
+            driver_ns_warmup += driver_ns() - before_ns
+        elif not touched_by_empty_cache(i):
+            driver_ns_after += driver_ns() - before_ns
         if made is not None and sum(made):
             steps_with_calls.append([i] + made)
         if made is not None:
@@ -233,6 +241,8 @@ def child(allocator, workload, steps, record=None):
             "driver_calls_after_warmup": calls_after if counted else None,
             "driver_calls_around_empty_cache": calls_empty_cache if counted else None,
             "driver_calls_by_step": steps_with_calls if counted else None,
+            "driver_ms_warmup": driver_ns_warmup / 1e6 if tidepool_conf is not None else None,
+            "driver_ms_after_warmup": driver_ns_after / 1e6 if tidepool_conf is not None else None,
             "max_reserved_growth_last_half": growth}
 
 
@@ -242,6 +252,13 @@ def mib(x):
 
 def calls(pair):
     return "n/a" if pair is None else "%d + %d" % tuple(pair)
+
+
+def driver_time(runs):
+    """tidepool's time in those driver calls after the warm-up, the median of the runs, where known."""
+    ms = [x.get("driver_ms_after_warmup") for x in runs]
+    ms = [m for m in ms if m is not None]
+    return ", %.1f ms" % statistics.median(ms) if ms and statistics.median(ms) > 0 else ""
 
 
 def around_empty_cache(runs):
@@ -275,7 +292,7 @@ def table(runs, allocators, workloads):
                 max(x["peak_reserved"] / x["peak_allocated"] for x in mine),
                 mib(max(x["reserved_after_empty_cache"] for x in mine)), calls(mine[0]["driver_calls_warmup"]),
                 calls(max(after, key=lambda c: -1 if c is None else sum(c)))
-                + around_empty_cache(mine),
+                + driver_time(mine) + around_empty_cache(mine),
                 mib(max(x["max_reserved_growth_last_half"] for x in mine))))
         floors = [x["device_floor"] for x in runs if x["workload"] == workload]
         print("| %s | (floor: context and libraries) | | | %s-%s | | | | | | | |"

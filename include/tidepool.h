@@ -460,7 +460,7 @@ typedef struct tide_stat {
                        (reserved_bytes' peak is always exact) */
 } tide_stat;
 
-#define TIDE_STATS_VERSION 1
+#define TIDE_STATS_VERSION 2
 
 typedef struct tide_stats {
     uint32_t struct_size;          /* set by the caller: sizeof(tide_stats); fields past it are left
@@ -499,6 +499,11 @@ typedef struct tide_stats {
     uint64_t device_total_bytes;   /* as the backend reports it, up to 2^62 (4 EiB): a larger report
                                       counts as that much, so that no size computation can wrap */
     uint64_t num_streams;          /* streams that have allocated */
+
+    /* Since version 2 (fields are only ever added at the end). */
+    uint64_t device_call_ns;       /* since creation: time in the backend's calls that reserve and release device memory
+                                      (with expandable segments, that map and unmap pages): what the
+                                      driver cost the program (a release may wait for the device) */
 } tide_stats;
 
 /* Fills *out. Set out->struct_size = sizeof(*out) first. */

@@ -129,7 +129,9 @@ static tide_status unmap_units(tide_allocator *t, struct arena *a, uintptr_t add
         uintptr_t lo, hi;
         unit_around(a, addr + *unmapped, page, &lo, &hi);
         tide__clear_backend_message();
+        uint64_t started = now_ns();
         tide_status s = be->unmap(be->ctx, lo, hi - lo);
+        note_device_call(t, started);
         if (s != TIDE_OK)
             return s;
         units_mark(a, lo, hi, page, false);
@@ -151,7 +153,10 @@ static tide_status map_units(tide_allocator *t, struct arena *a, uintptr_t addr,
     for (; done < size; done += step) {
         step = size - done < unit ? size - done : unit;
         tide__clear_backend_message();
-        if ((s = be->map(be->ctx, addr + done, step)) != TIDE_OK)
+        uint64_t started = now_ns();
+        s = be->map(be->ctx, addr + done, step);
+        note_device_call(t, started);
+        if (s != TIDE_OK)
             break;
         units_mark(a, addr + done, addr + done + step, page, true);
     }

@@ -34,7 +34,9 @@ static tide_status release_segments(tide_allocator *t, struct heap *h, struct se
         if (seg->arena) {
             s = expandable_unmap_run(t, seg, &gone); /* on a failure, seg is what is still mapped */
         } else {
+            uint64_t started = now_ns();
             s = be->release(be->ctx, seg->base, seg->size);
+            note_device_call(t, started);
             gone = s == TIDE_OK ? seg->size : 0;
         }
         if (gone) {

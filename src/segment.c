@@ -68,7 +68,9 @@ tide_status segment_reserve(tide_allocator *t, enum pool_kind pool, size_t size,
     const tide_backend *be = &t->backend;
     uintptr_t addr = 0;
     tide__clear_backend_message();
+    uint64_t started = now_ns();
     tide_status s = be->reserve(be->ctx, size, &addr);
+    note_device_call(t, started);
     if (s != TIDE_OK) {
         segment_struct_recycle(t, seg);
         if (s == TIDE_ENOMEM)

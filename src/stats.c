@@ -69,6 +69,7 @@ void stats_collect_locked(tide_allocator *t, tide_stats *out)
     s.num_device_free = t->num_device_free;
     s.num_sync_all_streams = t->num_sync_all_streams;
     s.num_gc_released = t->num_gc_released;
+    s.device_call_ns = t->device_call_ns;
     s.limit_bytes = t->limit;
     s.gc_threshold_bytes = t->gc_threshold;
     s.device_total_bytes = t->device_total;
@@ -123,6 +124,7 @@ size_t stats_to_json(const tide_stats *s, char *buf, size_t cap)
         {"num_gc_released", s->num_gc_released},           {"num_fence_errors", s->num_fence_errors},
         {"limit_bytes", s->limit_bytes},                   {"gc_threshold_bytes", s->gc_threshold_bytes},
         {"device_total_bytes", s->device_total_bytes},     {"num_streams", s->num_streams},
+        {"device_call_ns", s->device_call_ns},
     };
     struct json_out o = {buf, cap, 0, true};
     if (cap)

@@ -308,6 +308,7 @@ struct tide_allocator {
     struct segment_map segmap;
     uint64_t num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_sync_all_streams,
         num_gc_released;                      /* under pressure */
+    uint64_t device_call_ns;                  /* under pressure: see note_device_call */
 
     pthread_mutex_t heaps_lock;               /* serializes heap creation */
     _Atomic(struct heap *) heap_table[2 * TIDE_MAX_HEAPS]; /* open addressing by stream */

@@ -7,6 +7,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <time.h>
 
 #define ALL TIDE_POOL_ALL
 
@@ -369,6 +370,82 @@ static void test_peaks_never_below_values_another_thread_sees(void)
     fixture_close(&f);
 }
 
+/* ---- device_call_ns: the time the backend's memory calls took ----------------------------------------- */
+
+/* The simulated device's own calls, each made to take at least SLOW_CALL_NS longer. */
+#define SLOW_CALL_NS 2000000ull
+static tide_backend sim_calls;
+
+static void spin_for(uint64_t ns)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((uint64_t)(b.tv_sec - a.tv_sec) * 1000000000ull + (uint64_t)b.tv_nsec - (uint64_t)a.tv_nsec < ns);
+}
+
+static tide_status slow_reserve(void *ctx, size_t size, uintptr_t *out)
+{
+    spin_for(SLOW_CALL_NS);
+    return sim_calls.reserve(ctx, size, out);
+}
+
+static tide_status slow_release(void *ctx, uintptr_t addr, size_t size)
+{
+    spin_for(SLOW_CALL_NS);
+    return sim_calls.release(ctx, addr, size);
+}
+
+static tide_status slow_map(void *ctx, uintptr_t addr, size_t size)
+{
+    spin_for(SLOW_CALL_NS);
+    return sim_calls.map(ctx, addr, size);
+}
+
+static tide_status slow_unmap(void *ctx, uintptr_t addr, size_t size)
+{
+    spin_for(SLOW_CALL_NS);
+    return sim_calls.unmap(ctx, addr, size);
+}
+
+static uint64_t call_ns(tide_allocator *t) { return stats_of(t).device_call_ns; }
+
+/* Each reservation, release, map and unmap adds its time; a block served from the cache adds nothing;
+ * the JSON says the same number. */
+static void test_device_call_time(void)
+{
+    for (int expandable = 0; expandable < 2; expandable++) {
+        tide_sim *sim;
+        CHECK_OK(tide_sim_create(NULL, &sim));
+        sim_calls = tide_sim_backend(sim);
+        tide_backend slow = sim_calls;
+        slow.reserve = slow_reserve;
+        slow.release = slow_release;
+        slow.map = slow_map;
+        slow.unmap = slow_unmap;
+        tide_allocator *t;
+        CHECK_OK(tide_create(&slow, expandable ? "expandable_segments:True" : "", &t));
+        CHECK(call_ns(t) == 0);
+        void *p;
+        CHECK_OK(tide_malloc(t, 8 * MIB, 0, &p));
+        uint64_t after_growth = call_ns(t);
+        CHECK(after_growth >= SLOW_CALL_NS);
+        CHECK_OK(tide_free(t, p));
+        CHECK_OK(tide_malloc(t, 8 * MIB, 0, &p)); /* from the cache */
+        CHECK(call_ns(t) == after_growth);
+        CHECK_OK(tide_free(t, p));
+        CHECK_OK(tide_empty_cache(t, NULL));
+        CHECK(call_ns(t) >= after_growth + SLOW_CALL_NS);
+        char json[8192];
+        size_t need;
+        CHECK_OK(tide_stats_json(t, json, sizeof json, &need));
+        CHECK(json_value(json, "device_call_ns") == (long long)call_ns(t));
+        CHECK_OK(tide_destroy(t));
+        tide_sim_destroy(sim);
+    }
+}
+
 int main(void)
 {
     RUN(test_identities_hold_throughout);
@@ -379,5 +456,6 @@ int main(void)
     RUN(test_peaks_are_exact_with_one_stream);
     RUN(test_peaks_bound_the_truth_with_two_streams);
     RUN(test_peaks_never_below_values_another_thread_sees);
+    RUN(test_device_call_time);
     return HARNESS_EXIT();
 }

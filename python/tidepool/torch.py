@@ -171,6 +171,7 @@ def memory_summary(device=None):
     for key in ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_ooms",
                 "num_sync_all_streams", "num_pending_drained", "num_gc_released"):
         lines.append(" %-*s %14d" % (width + 11, key, s[key]))
+    lines.append(" %-*s %11.3f ms" % (width + 11, "time in the driver's memory calls", s["device_call_ns"] / 1e6))
     lines.append(" %-*s %14s" % (width + 11, "limit", _format_bytes(s["limit_bytes"])))
     lines.append("=" * 84)
     return "\n".join(lines)
