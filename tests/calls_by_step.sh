@@ -1,0 +1,40 @@
+#!/bin/sh
+# bench/periodic_trace.py writes a loop of shapes taking turns as a trace with its steps, and
+# bench/calls_by_step.py finds every driver call of its replay in some step: the warm-up's calls and
+# the later ones add up to the replay's own counts, for both kinds of segment, and its exit status says
+# whether any came after the warm-up.
+#   calls_by_step.sh TIDEPOOL_CLI SOURCE_DIR WORK_DIR
+set -eu
+cli=$1 src=$2 work=$3
+mkdir -p "$work"
+cd "$work"
+python3 "$src/bench/periodic_trace.py" loop.csv.gz --seed 3 --periods 3
+python3 - loop.json loop.csv.gz <<'PY'
+import gzip, json, sys
+steps = json.load(open(sys.argv[1]))
+lines = sum(1 for _ in gzip.open(sys.argv[2], "rt")) - 1
+starts = steps["step_begins_at_line"]
+assert steps["warmup_steps"] == 7 and len(starts) == 21, steps
+assert all(a < b for a, b in zip(starts, starts[1:])) and starts[-1] < lines, (starts, lines)
+print("21 steps in %d trace lines" % lines)
+PY
+for conf in "" "trim_on_growth:False" "expandable_segments:True"; do
+    status=0
+    python3 "$src/bench/calls_by_step.py" loop.csv.gz --tool "$cli" --conf "$conf" > calls.txt || status=$?
+    cat calls.txt
+    "$cli" replay --no-chart --no-progress --device-work none --json --conf "$conf" loop.csv.gz > replay.json
+    python3 - calls.txt replay.json "$status" <<'PY'
+import json, re, sys
+line = open(sys.argv[1]).read()
+m = re.search(r"warm-up (\d+) \+ (\d+), after it (\d+) \+ (\d+)", line)
+assert m, "no counts in: " + line
+warm_a, warm_f, after_a, after_f = map(int, m.groups())
+r = json.load(open(sys.argv[2]))
+r = r[0] if isinstance(r, list) else r
+# the replay's own counts include the final empty_cache's releases, which come after the last step
+assert warm_a + after_a == r["device_allocs"], (line, r["device_allocs"])
+assert warm_f + after_f <= r["device_frees"], (line, r["device_frees"])
+assert int(sys.argv[3]) == (1 if after_a + after_f else 0), ("exit status", sys.argv[3], line)
+print("adds up: %d + %d reservations, exit status %s" % (warm_a, after_a, sys.argv[3]))
+PY
+done
