@@ -18,6 +18,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from tidepool import trace  # noqa: E402 - the standard library alone; no GPU library is imported
 
 
 def replay(tool, trace, conf):
@@ -35,18 +37,10 @@ def replay(tool, trace, conf):
 
 def calls_by_step(events, step_begins):
     """{step: [reservations, releases]}; step -1 is before the first step began."""
-    by_step, live, line = {}, set(), 0
-    for e in events:
+    by_step = {}
+    for line, e in trace.events_by_line(events):
         kind = e["kind"]
-        if kind == "alloc":
-            live.add(e["addr"])
-            line += 1
-        elif kind == "free_requested" and e["addr"] in live:
-            live.discard(e["addr"])
-            line += 1
-        elif kind == "empty_cache":
-            line += 1
-        elif kind in ("segment_reserved", "segment_released"):
+        if kind in ("segment_reserved", "segment_released"):
             step = bisect.bisect_right(step_begins, line) - 1
             by_step.setdefault(step, [0, 0])[kind == "segment_released"] += 1
     return by_step

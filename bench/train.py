@@ -143,19 +143,10 @@ def write_recording(tt, path):
     from tidepool import trace
     history = json.loads(tt._require().history_json(torch_device()))
     trace.write_trace(history, path + ".csv.gz")
-    live, line, step = set(), 0, -1
-    steps, segments = [], []
-    for e in history["events"]:
+    step, steps, segments = -1, [], []
+    for line, e in trace.events_by_line(history["events"]):
         kind = e["kind"]
-        if kind == "alloc":
-            live.add(e["addr"])
-            line += 1
-        elif kind == "free_requested" and e["addr"] in live:
-            live.discard(e["addr"])
-            line += 1
-        elif kind == "empty_cache":
-            line += 1
-        elif kind == "annotation" and (e["tag"] or "").startswith("step "):
+        if kind == "annotation" and (e["tag"] or "").startswith("step "):
             step = int(e["tag"].split()[1])
             steps.append(line)
         elif kind in ("segment_reserved", "segment_released"):

@@ -55,6 +55,24 @@ def history_to_trace(history, out):
     return lines, skipped
 
 
+def events_by_line(events):
+    """Each event of a history with the trace line it falls before: the number of lines (allocations,
+    frees paired with their allocation, empty_cache calls) that history_to_trace writes for the events
+    before it. So a segment or an annotation event can be placed in the trace."""
+    live, line = set(), 0
+    for e in events:
+        yield line, e
+        kind = e.get("kind")
+        if kind == "alloc":
+            live.add(e["addr"])
+            line += 1
+        elif kind == "free_requested" and e["addr"] in live:
+            live.discard(e["addr"])
+            line += 1
+        elif kind == "empty_cache":
+            line += 1
+
+
 def write_trace(history, path):
     """history_to_trace into a file; gzip'd if path ends in .gz. Returns what history_to_trace does."""
     opener = gzip.open if path.endswith(".gz") else open
