@@ -9,6 +9,10 @@
 #   bench/gpu_run.sh train WORKLOADS [STEPS]  real training, five allocators in alternating rounds
 #                                   (bench/train.py: seed, gpt2, resnet50, lstm; default 100 steps),
 #                                   JSON in $OUT/train_WORKLOADS.json; one workload fits a call
+#   bench/gpu_run.sh record-train [STEPS]  each train.py workload once under each tidepool allocator
+#                                   (default 40 steps), its allocations recorded: $OUT/train_traces.tar
+#                                   (traces for tidepool replay, and where the live run's steps began and
+#                                   its driver calls fell: bench/calls_by_step.py reads them)
 #   bench/gpu_run.sh bench          micro-benchmarks (gpu_bench micro, then turns) and trace replays
 #                                   against PyTorch's allocator and cudaMallocAsync
 #   bench/gpu_run.sh history        what tidepool's history costs: warm replays on the GPU with it off
@@ -87,6 +91,12 @@ train)
     python3 -c "import sys; sys.path.insert(0, 'python'); import tidepool.torch as t; t._build_shim()" 2>&1 | tail -2
     python3 bench/train.py --workloads "${2:-seed}" --rounds "${ROUNDS:-5}" --steps "${3:-100}" \
         --json "$OUT/train_${2:-seed}.json"
+    ;;
+record-train)
+    build
+    python3 -c "import sys; sys.path.insert(0, 'python'); import tidepool.torch as t; t._build_shim()" 2>&1 | tail -2
+    python3 bench/train.py --record "$OUT/train_traces" --steps "${2:-40}"
+    tar -C "$OUT" -cf "$OUT/train_traces.tar" train_traces && rm -r "$OUT/train_traces"
     ;;
 adaptors)
     build
@@ -200,5 +210,5 @@ record-seed)
         | tail -n +3 | tee -a "$OUT/replay_seed_loop.md"
     ;;
 *)
-    echo "usage: bench/gpu_run.sh tests | bench | history | seed [STEPS] | ddp [STEPS] | reliability | expandable | expandable-seed [STEPS] | record-seed [STEPS]"; exit 2 ;;
+    echo "usage: bench/gpu_run.sh tests | adaptors | train WORKLOADS [STEPS] | record-train [STEPS] | bench | history | seed [STEPS] | ddp [STEPS] | reliability | expandable | expandable-seed [STEPS] | record-seed [STEPS]"; exit 2 ;;
 esac
