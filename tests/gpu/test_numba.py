@@ -64,6 +64,8 @@ def main():
     check(s["allocation.all.current"] >= 3 and s["allocated_bytes.all.current"] >= 3 * n * 4,
           "the arrays are tidepool's blocks (%d blocks, %d bytes)" % (s["allocation.all.current"],
                                                                      s["allocated_bytes.all.current"]))
+    check(s["device_call_ns"] > 0, "tidepool timed its driver calls: %.3f ms in %d reservations"
+          % (s["device_call_ns"] / 1e6, s["num_device_alloc"]))
     info = ctx.get_memory_info()
     check(0 < info.free <= info.total, "get_memory_info: %d MiB free of %d MiB" % (info.free >> 20, info.total >> 20))
 
