@@ -501,9 +501,10 @@ typedef struct tide_stats {
     uint64_t num_streams;          /* streams that have allocated */
 
     /* Since version 2 (fields are only ever added at the end). */
-    uint64_t device_call_ns;       /* since creation: time in the backend's calls that reserve and release device memory
-                                      (with expandable segments, that map and unmap pages): what the
-                                      driver cost the program (a release may wait for the device) */
+    uint64_t device_call_ns;       /* since creation: time in the backend's calls that reserve and
+                                      release device memory (with expandable segments, that map and
+                                      unmap pages): what the driver cost the program (a release may
+                                      wait for the device) */
 } tide_stats;
 
 /* Fills *out. Set out->struct_size = sizeof(*out) first. */

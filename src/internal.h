@@ -406,7 +406,10 @@ bool recently_released(tide_allocator *t, size_t size);
 void high_water_restart(tide_allocator *t);
 /* Under the pressure lock, after a backend call that reserved, released, mapped or unmapped device
  * memory, begun at now_ns() == started: its time joins tide_stats.device_call_ns. */
-static inline void note_device_call(tide_allocator *t, uint64_t started) { t->device_call_ns += now_ns() - started; }
+static inline void note_device_call(tide_allocator *t, uint64_t started)
+{
+    t->device_call_ns += now_ns() - started;
+}
 void note_reserved(tide_allocator *t, size_t bytes);   /* reserved grew: peaks, marks, counters */
 void note_released(tide_allocator *t, size_t bytes, enum release_reason why, tide_release_report *r);
 
