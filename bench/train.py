@@ -141,7 +141,7 @@ def write_recording(tt, path):
     released (the driver's calls; pages mapped and unmapped, with expandable segments) with its step
     and trace line, so that a replay can be held against the live run."""
     from tidepool import trace
-    history = json.loads(tt._require().history_json(torch_device()))
+    history = json.loads(tt._require().history_json(tt._device_index(None)))
     trace.write_trace(history, path + ".csv.gz")
     step, steps, segments = -1, [], []
     for line, e in trace.events_by_line(history["events"]):
@@ -153,11 +153,6 @@ def write_recording(tt, path):
             segments.append({"step": step, "line": line, "kind": kind, "size": e["size"]})
     with open(path + ".json", "w") as f:
         json.dump({"step_begins_at_line": steps, "segments": segments, "dropped": history.get("dropped")}, f)
-
-
-def torch_device():
-    import torch
-    return torch.cuda.current_device()
 
 
 def child(allocator, workload, steps, record=None):
@@ -186,9 +181,9 @@ def child(allocator, workload, steps, record=None):
     del a
     warmup, step, touched_by_empty_cache = make_workload(workload, torch)
     times, reserved, device_peak = [], [], 0
-    calls_warmup, calls_after, calls_empty_cache = [0, 0], [0, 0], [0, 0]
-    steps_with_calls = []  # [step, allocations, frees] where the driver was called
-    driver_ns_warmup = driver_ns_after = 0  # tidepool's time in those calls (device_call_ns)
+    # [step, allocations, frees, ns] for each step that called the driver (ns: tidepool's
+    # device_call_ns, 0 under PyTorch's allocators)
+    steps_with_calls = []
 
     def driver_ns():
         return tidepool.torch.memory_stats()["device_call_ns"] if tidepool_conf is not None else 0
@@ -204,18 +199,23 @@ def child(allocator, workload, steps, record=None):
             times.append(time.perf_counter() - t0)
         device_peak = max(device_peak, device_used())
         reserved.append(torch.cuda.memory_reserved())
-        made = difference(driver_calls(torch), before)
-        if i < warmup:
-            driver_ns_warmup += driver_ns() - before_ns
-        elif not touched_by_empty_cache(i):
-            driver_ns_after += driver_ns() - before_ns
-        if made is not None and sum(made):
-            steps_with_calls.append([i] + made)
-        if made is not None:
-            total = calls_warmup if i < warmup else calls_empty_cache if touched_by_empty_cache(i) else calls_after
-            total[0] += made[0]
-            total[1] += made[1]
+        made = difference(driver_calls(torch), before) or [0, 0]
+        ns = driver_ns() - before_ns
+        if sum(made) or ns:
+            steps_with_calls.append([i] + made + [ns])
     counted = driver_calls(torch) is not None
+
+    def phase(i):
+        return "warmup" if i < warmup else "empty_cache" if touched_by_empty_cache(i) else "after"
+
+    def total(name, column):
+        return sum(c[column] for c in steps_with_calls if phase(c[0]) == name)
+
+    def calls_in(name):
+        return [total(name, 1), total(name, 2)] if counted else None
+
+    def ms_in(name):
+        return total(name, 3) / 1e6 if tidepool_conf is not None else None
     half = warmup + steps // 2
     growth = max([reserved[i] - reserved[i - 1] for i in range(max(half, 1), len(reserved))
                   if not touched_by_empty_cache(i)] or [0])
@@ -228,12 +228,12 @@ def child(allocator, workload, steps, record=None):
             "warmup_steps": warmup, "steps": steps, "ms_per_step": 1000 * statistics.median(times),
             "device_peak": device_peak, "device_floor": floor, "peak_allocated": peak_allocated,
             "peak_reserved": peak_reserved, "reserved_after_empty_cache": torch.cuda.memory_reserved(),
-            "driver_calls_warmup": calls_warmup if counted else None,
-            "driver_calls_after_warmup": calls_after if counted else None,
-            "driver_calls_around_empty_cache": calls_empty_cache if counted else None,
+            "driver_calls_warmup": calls_in("warmup"),
+            "driver_calls_after_warmup": calls_in("after"),
+            "driver_calls_around_empty_cache": calls_in("empty_cache"),
             "driver_calls_by_step": steps_with_calls if counted else None,
-            "driver_ms_warmup": driver_ns_warmup / 1e6 if tidepool_conf is not None else None,
-            "driver_ms_after_warmup": driver_ns_after / 1e6 if tidepool_conf is not None else None,
+            "driver_ms_warmup": ms_in("warmup"),
+            "driver_ms_after_warmup": ms_in("after"),
             "max_reserved_growth_last_half": growth}
 
 
