@@ -6,8 +6,10 @@ segment reservations and releases (page maps and unmaps, with expandable segment
 STEPS.json is what bench/periodic_trace.py and bench/train.py --record write beside their traces:
 "step_begins_at_line", and "warmup_steps" (else --warmup). Each free is reusable at once, as on one
 CUDA stream (--device-work none). Prints, per config: peak reserved over peak live, the driver calls
-during the warm-up and after it, and each later step that made any. Exit status 1 if any config made
-a driver call after the warm-up (so a script can hold a policy to zero).
+during the warm-up and after it, and each later step that made any; the releases of the program's own
+empty_cache calls (the trace's `e` lines; bench/train.py --record ends with one) are counted apart.
+Exit status 1 if any config made a driver call after the warm-up (so a script can hold a policy to
+zero).
 """
 import argparse
 import bisect
@@ -36,14 +38,23 @@ def replay(tool, trace, conf):
 
 
 def calls_by_step(events, step_begins):
-    """{step: [reservations, releases]}; step -1 is before the first step began."""
-    by_step = {}
+    """({step: [reservations, releases]}, releases made by the program's own empty_cache calls, which
+    are not counted by step); step -1 is before the first step began."""
+    segment_events, empty_cache_lines = [], set()
     for line, e in trace.events_by_line(events):
         kind = e["kind"]
         if kind in ("segment_reserved", "segment_released"):
-            step = bisect.bisect_right(step_begins, line) - 1
-            by_step.setdefault(step, [0, 0])[kind == "segment_released"] += 1
-    return by_step
+            segment_events.append((line, kind == "segment_released"))
+        elif kind == "empty_cache":
+            empty_cache_lines.add(line)  # its releases came just before it, at the same trace line
+    by_step, asked = {}, 0
+    for line, released in segment_events:
+        if released and line in empty_cache_lines:
+            asked += 1
+            continue
+        step = bisect.bisect_right(step_begins, line) - 1
+        by_step.setdefault(step, [0, 0])[released] += 1
+    return by_step, asked
 
 
 def main():
@@ -63,13 +74,13 @@ def main():
     any_after = False
     for conf in args.conf or [""]:
         summary, events = replay(args.tool, args.trace, conf)
-        by_step = calls_by_step(events, steps["step_begins_at_line"])
+        by_step, asked = calls_by_step(events, steps["step_begins_at_line"])
         during = [sum(c[i] for s, c in by_step.items() if s < warmup) for i in (0, 1)]
         later = sorted((s, c) for s, c in by_step.items() if s >= warmup)
         after = [sum(c[i] for _, c in later) for i in (0, 1)]
         any_after |= sum(after) > 0
-        print("%-28s peak reserved / live %.3f  driver calls: warm-up %d + %d, after it %d + %d%s" % (
-            conf or "(default)", summary["peak_reserved_over_live"], during[0], during[1], after[0], after[1],
+        print("%-28s peak reserved / live %.3f  driver calls: warm-up %d + %d, after it %d + %d, empty_cache's %d%s" % (
+            conf or "(default)", summary["peak_reserved_over_live"], during[0], during[1], after[0], after[1], asked,
             "  (steps " + ", ".join("%d: %d + %d" % (s, c[0], c[1]) for s, c in later) + ")" if later else ""))
     return 1 if any_after else 0
 

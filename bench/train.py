@@ -135,7 +135,7 @@ def difference(later, earlier):
     return None if later is None or earlier is None else [later[0] - earlier[0], later[1] - earlier[1]]
 
 
-def write_recording(tt, path):
+def write_recording(tt, path, warmup):
     """The history of a recorded run as a trace (path + ".csv.gz", replayable by tidepool replay) and,
     beside it (path + ".json"), the trace line where each step begins and every segment reserved or
     released (the driver's calls; pages mapped and unmapped, with expandable segments) with its step
@@ -152,7 +152,8 @@ def write_recording(tt, path):
         elif kind in ("segment_reserved", "segment_released"):
             segments.append({"step": step, "line": line, "kind": kind, "size": e["size"]})
     with open(path + ".json", "w") as f:
-        json.dump({"step_begins_at_line": steps, "segments": segments, "dropped": history.get("dropped")}, f)
+        json.dump({"step_begins_at_line": steps, "warmup_steps": warmup, "segments": segments,
+                   "dropped": history.get("dropped")}, f)
 
 
 def child(allocator, workload, steps, record=None):
@@ -223,7 +224,7 @@ def child(allocator, workload, steps, record=None):
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     if record:
-        write_recording(tidepool.torch, record)
+        write_recording(tidepool.torch, record, warmup)
     return {"allocator": allocator, "workload": workload, "backend": torch.cuda.memory.get_allocator_backend(),
             "warmup_steps": warmup, "steps": steps, "ms_per_step": 1000 * statistics.median(times),
             "device_peak": device_peak, "device_floor": floor, "peak_allocated": peak_allocated,
