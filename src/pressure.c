@@ -105,37 +105,52 @@ static tide_status release_oldest(tide_allocator *t, size_t want, enum release_r
     return first_error;
 }
 
-/* To stay under the high-water mark: `want` bytes of idle segments given back, as few bytes past it as
- * possible. The smallest idle segment that covers what is left goes, where one does; else the oldest,
- * until one does. Oldest first alone gave back whatever segment had idled longest: a 64 MiB one to make
- * room for a 2 MiB small-pool segment in seed_transformer's first step, which the step then needed
- * again. Smallest-that-covers takes its peak from 1.032 of peak live to 1.012, seed_loop_250's from
- * 1.043 to 1.038, and leaves gpt2_varlen's and lstm_loop's as they were (default config;
- * docs/design.md, Holding memory). */
+/* To stay under the high-water mark: `want` bytes of idle large-pool segments given back, as few bytes
+ * past it as possible. The smallest idle segment that covers what is left goes, where one does; else
+ * the one idle longest, until one does. Oldest first alone gave back whatever segment had idled
+ * longest: a 64 MiB one to make room for a 2 MiB small-pool segment in seed_transformer's first step,
+ * which the step then needed again. Smallest-that-covers takes its peak from 1.032 of peak live to
+ * 1.012 (1.014 with small-pool segments kept, below), seed_loop_250's from 1.043 to 1.038
+ * (docs/design.md, Holding memory).
+ *
+ * Small-pool segments stay: 2 MiB each, they pay for little, and a loop whose shapes take turns needs
+ * them again whenever its short shapes come back. Given back to pay for GPT-2's first large growths,
+ * eleven of them were reserved again when its shortest sequence came round, in every recorded run
+ * (bench/train.py --record; bench/calls_by_step.py). */
 static void release_for_high_water(tide_allocator *t, size_t want)
 {
     size_t done = 0;
     while (done < want) {
         struct heap *owner = NULL;
-        struct segment *best = NULL;
+        struct segment *best = NULL, *oldest = NULL;
+        struct heap *oldest_owner = NULL;
         size_t best_size = SIZE_MAX;
         for (uint32_t i = 0; i < heap_count(t); i++) {
             struct heap *h = t->heaps[i];
             if (h->keeps_memory)
                 continue;
             heap_lock(h);
-            for (struct segment *seg = h->idle_head; seg; seg = seg->idle_next)
+            for (struct segment *seg = h->idle_head; seg; seg = seg->idle_next) {
+                if (seg->pool == POOL_SMALL)
+                    continue;
+                if (!oldest || seg->idle_since < oldest->idle_since) {
+                    oldest = seg;
+                    oldest_owner = h;
+                }
                 if (seg->size >= want - done && seg->size < best_size) {
                     owner = h;
                     best = seg;
                     best_size = seg->size;
                 }
+            }
             heap_unlock(h);
         }
         if (!best) {
-            release_oldest(t, want - done, RELEASE_FOR_HIGH_WATER, NULL, NULL);
-            return;
+            owner = oldest_owner;
+            best = oldest;
         }
+        if (!best)
+            return;
         /* Segments are released only under the pressure lock, held here, so best is still a segment;
          * but its heap's thread may have taken a block from it meanwhile: then look again. */
         struct segment *list = NULL;
@@ -289,7 +304,9 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
          * releasing the same sizes in every step of a training loop. */
         bool capturing = atomic_load(&t->captures) != 0; /* nothing goes back during a capture */
         if (t->conf.trim_on_growth && !capturing && t->reserved + size > t->high_water) {
-            if (recently_released(t, size))
+            /* A small-pool segment raises the mark too: the idle segments a trim could give back for it
+             * are large ones, each more than it, and the loop that left them idle comes back for them. */
+            if (pool == POOL_SMALL || recently_released(t, size))
                 t->high_water = t->reserved + size;
             else
                 release_for_high_water(t, t->reserved + size - t->high_water);

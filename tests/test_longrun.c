@@ -12,7 +12,9 @@
 static struct trace seed;
 
 /* slack: how much a later pass's peak may exceed the second pass's. Without tide_empty_cache the
- * cache settles and nothing moves: slack 0, and no segment is reserved after the first pass. With it,
+ * cache settles and nothing moves: slack 0, and no segment is reserved after the second pass. (The
+ * second pass starts with the trace's set-up again, the model's weights made once in a real program,
+ * on a cache the training steps have shaped: one 16 MiB segment more there is allowed.) With it,
  * the cache is emptied at points where different blocks are live in each pass, so which partly used
  * segments survive, and how the next growth is laid out, varies by a few MiB from pass to pass
  * without a trend (within 1.3% over 40 passes on this trace): slack 2%. With kernels on the simulated device's threads, when each finishes depends on the machine. A
@@ -47,15 +49,18 @@ static void long_run_with(const char *config, const char *what, size_t empty_eve
     }
     fprintf(stderr, "%s: %u passes, %.0f ns/op, peak reserved: first pass %.1f MiB, second %.1f MiB, "
             "worst later %.1f MiB, %u later passes above the second (slack %.0f%%); %llu device "
-            "allocations, %llu pending frees drained\n", what, r.passes, r.ns_per_op,
-            first_peak / 1048576.0, warm_peak / 1048576.0, worst_peak / 1048576.0, grew, slack * 100,
-            (unsigned long long)r.device_allocs, (unsigned long long)r.pending_drained);
+            "allocations (%llu in the first pass, %llu in the first two), %llu pending frees drained\n",
+            what, r.passes, r.ns_per_op, first_peak / 1048576.0, warm_peak / 1048576.0,
+            worst_peak / 1048576.0, grew, slack * 100, (unsigned long long)r.device_allocs,
+            (unsigned long long)r.device_allocs_first_pass, (unsigned long long)r.device_allocs_two_passes,
+            (unsigned long long)r.pending_drained);
     CHECK(grew == 0);
     CHECK(r.reserved_after_empty_cache_bytes == 0);
     CHECK(r.backend_held_after_empty_cache_bytes == 0);
     if (!empty_every && work == REPLAY_WORK_NONE) {
-        /* Without emptying, no segment is reserved after the first pass: a steady state. */
-        CHECK(r.device_allocs == r.device_allocs_first_pass);
+        /* Without emptying, no segment is reserved after the second pass: a steady state. */
+        CHECK(r.device_allocs == r.device_allocs_two_passes);
+        CHECK(r.device_allocs_two_passes - r.device_allocs_first_pass <= 1);
     }
     replay_result_free(&r);
 }

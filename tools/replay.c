@@ -226,6 +226,8 @@ __attribute__((noinline)) static int replay_passes(struct run *x)
         r->pass_end_reserved[pass] = (uint64_t)s.reserved_bytes[TIDE_POOL_ALL].current;
         if (pass == 0)
             r->device_allocs_first_pass = s.num_device_alloc;
+        if (pass <= 1)
+            r->device_allocs_two_passes = s.num_device_alloc;
         if ((uint64_t)s.pending_free_blocks[TIDE_POOL_ALL].peak > r->peak_pending_blocks)
             r->peak_pending_blocks = (uint64_t)s.pending_free_blocks[TIDE_POOL_ALL].peak;
         if (r->pass_peak_reserved[pass] > r->peak_reserved_bytes)

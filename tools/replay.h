@@ -54,6 +54,8 @@ struct replay_result {
     double ratio_in_use;            /* peak reserved / peak in use */
     uint64_t device_allocs, device_frees;
     uint64_t device_allocs_first_pass; /* segments reserved during the first pass */
+    uint64_t device_allocs_two_passes; /* ... during the first two (the second replays the trace's
+                                          one-off start, its set-up, on a cache the loop has shaped) */
     uint64_t pending_drained;       /* blocks that were PENDING and became FREE */
     uint64_t peak_pending_blocks;
     uint64_t empty_cache_calls;
