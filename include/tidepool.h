@@ -94,7 +94,8 @@
  *                                     F x limit, release the oldest wholly free cached segments first.
  *                                     Default: off.
  *     max_split_size_mb:N             blocks of N MiB or more are never split, and requests below N MiB
- *                                     never take them (N > 20). Default: unlimited.
+ *                                     never take them (N > 20). Default: unlimited. No effect
+ *                                     with expandable_segments:True, whose runs split at any size.
  *     trim_on_growth:B                True (default): before reserving past the most it has ever
  *                                     reserved, give idle segments back (see HOLDING MEMORY). False:
  *                                     keep every freed segment cached until asked (PyTorch's way).

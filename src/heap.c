@@ -225,7 +225,7 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
         idle_unlink(h, b->seg);
     }
 
-    if (TIDE_LIKELY(worth_splitting(b->seg, b->size, rounded, h->owner->conf.max_split_size))) {
+    if (TIDE_LIKELY(worth_splitting(b->seg, b->size, rounded, h->owner->oversize_min))) {
         struct block *rest = block_new(h);
         /* without host memory for a block struct, hand out the whole block instead */
         if (TIDE_LIKELY(rest != NULL)) {
@@ -254,7 +254,7 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
 struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
                             tide_status *status)
 {
-    struct block *b = free_index_find(heap_free_index(h, pool), rounded, h->owner->conf.max_split_size);
+    struct block *b = free_index_find(heap_free_index(h, pool), rounded, h->owner->oversize_min);
     if (!b)
         return NULL;
     return heap_take_block(h, b, rounded, requested, status);
@@ -419,7 +419,7 @@ struct block *heap_reuse_parked(struct heap *h, enum pool_kind pool, size_t roun
      * larger than the request would be split, and the rest left elsewhere. */
     if (b->size != rounded || b->seg->pool != pool || (prev && prev->state == BLOCK_FREE))
         return NULL;
-    size_t max_split = h->owner->conf.max_split_size;
+    size_t max_split = h->owner->oversize_min;
     bool absorbs_next = next && next->state == BLOCK_FREE;
     size_t merged = rounded + (absorbs_next ? next->size : 0);
     /* With a FREE block after it, the merged block would be split again at rounded bytes: unless it

@@ -289,6 +289,9 @@ struct tide_allocator {
     size_t device_total;
     size_t guard;                             /* bytes of canary before each block (0: guard off); the
                                                  user's pointer is the block's address plus this */
+    size_t oversize_min;                      /* blocks this large stay whole and serve no smaller request
+                                                 (max_split_size_mb); SIZE_MAX with expandable segments,
+                                                 whose runs of pages split and unmap at any size */
 
     pthread_mutex_t pressure;                 /* see the top of this file */
     size_t limit;                             /* under pressure; read racily by the fast path */

@@ -435,6 +435,28 @@ static void test_mark_outlives_empty_cache(void)
     fixture_close(&f);
 }
 
+/* max_split_size_mb keeps big reserved segments whole; a run of pages splits at any size under it too.
+ * Under the rule, a free stretch of 64 MiB or more would serve no smaller request, so every small one
+ * would map new pages beside it (and the stretch grow), and a larger request would take it whole. */
+static void test_runs_split_past_max_split_size(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, CONF ",max_split_size_mb:64");
+    void *big, *small, *mid;
+    CHECK_OK(tide_malloc(f.t, 200 * MIB, 0, &big));
+    CHECK_OK(tide_free(f.t, big)); /* a free stretch of 200 MiB, mapped */
+    int64_t reserved = reserved_of(f.t);
+    CHECK_OK(tide_malloc(f.t, 10 * MIB, 0, &small));
+    CHECK_OK(tide_malloc(f.t, 100 * MIB, 0, &mid));
+    CHECK(reserved_of(f.t) == reserved); /* both from the stretch: no page mapped */
+    CHECK(small == big);
+    CHECK(stats_of(f.t).allocated_bytes[TIDE_POOL_ALL].current == (int64_t)(110 * MIB)); /* not 200 */
+    check_accounting(&f);
+    CHECK_OK(tide_free(f.t, small));
+    CHECK_OK(tide_free(f.t, mid));
+    fixture_close(&f);
+}
+
 /* Growing past the most ever reserved maps page by page, and any of those pages can go alone; growing
  * back up to it (after tide_empty_cache) maps pages in pairs (TIDE_MAP_UNIT_PAGES), and a pair goes
  * together: not one page while the other holds a live block. (The simulated device, like CUDA,
@@ -562,6 +584,7 @@ int main(void)
     RUN(test_destroy_gives_back);
     RUN(test_mark_outlives_empty_cache);
     RUN(test_units);
+    RUN(test_runs_split_past_max_split_size);
     RUN(test_random_with_check);
     return HARNESS_EXIT();
 }
