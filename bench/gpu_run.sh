@@ -15,6 +15,7 @@
 #                                   its driver calls fell: bench/calls_by_step.py reads them)
 #   bench/gpu_run.sh bench          micro-benchmarks (gpu_bench micro, then turns) and trace replays
 #                                   against PyTorch's allocator and cudaMallocAsync
+#   bench/gpu_run.sh replay         the trace replays alone (both kinds of segment)
 #   bench/gpu_run.sh history        what tidepool's history costs: warm replays on the GPU with it off
 #                                   and on in turn (gpu_bench history), then the same on the simulated
 #                                   device, the allocator alone (bench/history_overhead.sh)
@@ -59,6 +60,18 @@ alternate() {
     python3 bench/summarize_alternating.py "$OUT" "$1" "$2" | tee -a "$OUT/seed_summary.md"
 }
 
+# Every shipped trace through the three allocators in one process, then both expandable-segment
+# variants (one process each).
+replays() {
+    echo "== replay: every shipped trace, in one process"
+    $BUILD/gpu_bench replay traces/*.csv.gz | tee "$OUT/replay.md"
+    echo "== the same with expandable segments: PyTorch's, then tidepool's"
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $BUILD/gpu_bench replay --only torch traces/*.csv.gz \
+        | tail -n +3 | tee -a "$OUT/replay.md"
+    TIDEPOOL_CONF=expandable_segments:True $BUILD/gpu_bench replay --only tidepool traces/*.csv.gz \
+        | tail -n +3 | tee -a "$OUT/replay.md"
+}
+
 case "$1" in
 tests)
     build
@@ -90,7 +103,7 @@ train)
     build
     python3 -c "import sys; sys.path.insert(0, 'python'); import tidepool.torch as t; t._build_shim()" 2>&1 | tail -2
     python3 bench/train.py --workloads "${2:-seed}" --rounds "${ROUNDS:-5}" --steps "${3:-100}" \
-        --json "$OUT/train_${2:-seed}.json"
+        --json "$OUT/train_$(echo "${2:-seed}" | tr , _).json"
     ;;
 record-train)
     build
@@ -118,10 +131,12 @@ bench)
     $BUILD/gpu_bench micro 5 | tee "$OUT/micro.md"
     echo "== the one-thread micro patterns in short turns: the median of 101 rounds' ratios"
     $BUILD/gpu_bench turns 101 | tee "$OUT/turns.md"
-    echo "== replay: every shipped trace, in one process (PyTorch with expandable segments in a second)"
-    $BUILD/gpu_bench replay traces/*.csv.gz | tee "$OUT/replay.md"
-    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $BUILD/gpu_bench replay --only torch traces/*.csv.gz \
-        | tail -n +3 | tee -a "$OUT/replay.md"
+    replays
+    ;;
+replay)
+    build
+    bench/build_gpu_bench.sh $BUILD || exit 1
+    replays
     ;;
 history)
     build
