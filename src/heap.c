@@ -419,15 +419,15 @@ struct block *heap_reuse_parked(struct heap *h, enum pool_kind pool, size_t roun
      * larger than the request would be split, and the rest left elsewhere. */
     if (b->size != rounded || b->seg->pool != pool || (prev && prev->state == BLOCK_FREE))
         return NULL;
-    size_t max_split = h->owner->oversize_min;
+    size_t oversize_min = h->owner->oversize_min;
     bool absorbs_next = next && next->state == BLOCK_FREE;
     size_t merged = rounded + (absorbs_next ? next->size : 0);
     /* With a FREE block after it, the merged block would be split again at rounded bytes: unless it
      * would not be (an oversize block stays whole), the layout comes back as it is. */
-    if (absorbs_next && !worth_splitting(b->seg, merged, rounded, max_split))
+    if (absorbs_next && !worth_splitting(b->seg, merged, rounded, oversize_min))
         return NULL;
     struct free_index *fi = heap_free_index(h, pool);
-    if (!free_index_would_find(fi, rounded, max_split, merged, absorbs_next ? next : NULL))
+    if (!free_index_would_find(fi, rounded, oversize_min, merged, absorbs_next ? next : NULL))
         return NULL;
     /* What the merge, the search and the split would have changed besides: the split's rest, the
      * FREE block after b again, filed at the front of its class (in the very struct, which the merge
