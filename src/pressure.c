@@ -124,6 +124,7 @@ static void release_for_high_water(tide_allocator *t, size_t want)
         struct heap *owner = NULL;
         struct segment *best = NULL, *oldest = NULL;
         struct heap *oldest_owner = NULL;
+        uint64_t oldest_since = 0; /* read under its heap's lock: another heap's thread may idle it again */
         size_t best_size = SIZE_MAX;
         for (uint32_t i = 0; i < heap_count(t); i++) {
             struct heap *h = t->heaps[i];
@@ -133,9 +134,10 @@ static void release_for_high_water(tide_allocator *t, size_t want)
             for (struct segment *seg = h->idle_head; seg; seg = seg->idle_next) {
                 if (seg->pool == POOL_SMALL)
                     continue;
-                if (!oldest || seg->idle_since < oldest->idle_since) {
+                if (!oldest || seg->idle_since < oldest_since) {
                     oldest = seg;
                     oldest_owner = h;
+                    oldest_since = seg->idle_since;
                 }
                 if (seg->size >= want - done && seg->size < best_size) {
                     owner = h;
