@@ -58,3 +58,38 @@ assert after <= int(sys.argv[2]), ("driver calls after the warm-up", after, "at 
 assert int(sys.argv[3]) == (1 if after else 0), ("exit status", sys.argv[3], line)
 PY
 done
+# The same loops made long (bench/repeat_steps.py: the steps after the warm-up, again and again): as
+# flat over thousands of steps as over the recorded ones, with no driver call after the warm-up that
+# the recorded run did not make. A window whose ends hold different live allocations is refused.
+status=0
+python3 "$src/bench/repeat_steps.py" "$src/traces/train/lstm.csv.gz" bad.csv.gz \
+    --steps "$src/traces/train/lstm.json" --times 2 --first 0 --last 8 2> refused.txt || status=$?
+grep -q "begin with different live allocations" refused.txt && [ "$status" = 2 ] ||
+    { echo "repeat_steps took a window that cannot follow itself (exit status $status)"; exit 1; }
+for loop in gpt2:5:0 lstm:100:0 resnet50:10:10; do
+    name=${loop%%:*} rest=${loop#*:}
+    times=${rest%%:*} most=${rest##*:}
+    python3 "$src/bench/repeat_steps.py" "$src/traces/train/$name.csv.gz" long.csv.gz \
+        --steps "$src/traces/train/$name.json" --times "$times"
+    "$cli" replay --no-chart --no-progress --device-work none --json long.csv.gz > replay.json
+    status=0
+    python3 "$src/bench/calls_by_step.py" long.csv.gz --tool "$cli" > calls.txt || status=$?
+    printf "%s, %s times: " "$name" "$times"
+    cat calls.txt
+    python3 - calls.txt replay.json long.json "$most" "$src/traces/train/$name.json" "$times" <<'PY'
+import json, re, sys
+line = open(sys.argv[1]).read()
+r = json.load(open(sys.argv[2]))
+r = r[0] if isinstance(r, list) else r
+steps, recorded = json.load(open(sys.argv[3])), json.load(open(sys.argv[5]))
+assert r["skipped_frees"] == 0 and r["reserved_after_empty_cache_bytes"] == 0, r
+warmup, window = recorded["warmup_steps"], len(recorded["step_begins_at_line"]) - 1 - recorded["warmup_steps"]
+starts = steps["step_begins_at_line"]
+assert len(starts) == warmup + int(sys.argv[6]) * window, "steps of the long run"
+assert all(a < b for a, b in zip(starts, starts[1:])) and starts[-1] < r["ops"], "step starts in order"
+m = re.search(r"after it (\d+) \+ (\d+)", line)
+assert m, "no counts in: " + line
+after = int(m.group(1)) + int(m.group(2))
+assert after <= int(sys.argv[4]), ("driver calls after the warm-up", after, "at most", sys.argv[4])
+PY
+done
