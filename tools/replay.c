@@ -54,7 +54,9 @@ struct run {
     uint32_t lag;
     uint64_t lag_next;
     uint64_t live;
+    uint64_t trace_empty_caches;  /* the trace's own `e` operations done so far */
     _Atomic(uint64_t) held;
+    tide_backend inner;           /* record_calls: the simulated device's backend, behind recording_backend */
     char *err;
     size_t errcap;
 };
@@ -102,8 +104,11 @@ static int empty_cache_now(struct run *x, tide_release_report *out)
 static int do_op(struct run *x, const struct trace_op *op)
 {
     tide_stream stream = x->streams[op->stream];
-    if (op->kind == TRACE_EMPTY_CACHE)
-        return empty_cache_now(x, NULL);
+    if (op->kind == TRACE_EMPTY_CACHE) {
+        int rc = empty_cache_now(x, NULL);
+        x->trace_empty_caches++;
+        return rc;
+    }
     if (op->kind == TRACE_ALLOC) {
         void *p;
         if (tide_malloc(x->t, op->size, stream, &p) != TIDE_OK)
@@ -149,6 +154,112 @@ static int do_op(struct run *x, const struct trace_op *op)
     if (in_use > x->r->peak_in_use_bytes)
         x->r->peak_in_use_bytes = in_use;
     return 0;
+}
+
+/* ---- record_calls: the simulated device's memory calls, each with the operation it came in ---------- */
+
+/* The operation under way: every count is raised after its operation, so during one it is that
+ * operation's index. */
+static uint64_t current_op(const struct run *x)
+{
+    return x->r->allocs + x->r->frees + x->trace_empty_caches;
+}
+
+static void note_call(struct run *x, enum replay_call_kind kind, size_t bytes)
+{
+    struct replay_result *r = x->r;
+    if (r->ncalls == r->calls_cap) {
+        size_t cap = r->calls_cap ? 2 * r->calls_cap : 1024;
+        struct replay_call *grown = realloc(r->calls, cap * sizeof *grown);
+        if (!grown) {
+            r->calls_lost = true; /* the replay goes on; whoever reads the log is told it is short */
+            return;
+        }
+        r->calls = grown;
+        r->calls_cap = cap;
+    }
+    r->calls[r->ncalls++] = (struct replay_call){current_op(x), bytes, kind};
+}
+
+static tide_status rec_reserve(void *ctx, size_t size, uintptr_t *out)
+{
+    struct run *x = ctx;
+    tide_status s = x->inner.reserve(x->inner.ctx, size, out);
+    if (s == TIDE_OK)
+        note_call(x, REPLAY_CALL_RESERVE, size);
+    return s;
+}
+
+static tide_status rec_release(void *ctx, uintptr_t addr, size_t size)
+{
+    struct run *x = ctx;
+    tide_status s = x->inner.release(x->inner.ctx, addr, size);
+    if (s == TIDE_OK)
+        note_call(x, REPLAY_CALL_RELEASE, size);
+    return s;
+}
+
+static tide_status rec_map(void *ctx, uintptr_t addr, size_t size)
+{
+    struct run *x = ctx;
+    tide_status s = x->inner.map(x->inner.ctx, addr, size);
+    if (s == TIDE_OK)
+        note_call(x, REPLAY_CALL_MAP, size);
+    return s;
+}
+
+static tide_status rec_unmap(void *ctx, uintptr_t addr, size_t size)
+{
+    struct run *x = ctx;
+    tide_status s = x->inner.unmap(x->inner.ctx, addr, size);
+    if (s == TIDE_OK)
+        note_call(x, REPLAY_CALL_UNMAP, size);
+    return s;
+}
+
+#define FORWARD(ret, name, params, args)                                                                   \
+    static ret fwd_##name params                                                                           \
+    {                                                                                                      \
+        struct run *x = ctx;                                                                               \
+        return x->inner.name args;                                                                         \
+    }
+FORWARD(tide_status, fence_create, (void *ctx, void **f), (x->inner.ctx, f))
+FORWARD(tide_status, fence_record, (void *ctx, void *f, tide_stream s), (x->inner.ctx, f, s))
+FORWARD(tide_status, fence_query, (void *ctx, void *f), (x->inner.ctx, f))
+FORWARD(tide_status, fence_wait, (void *ctx, void *f), (x->inner.ctx, f))
+FORWARD(void, fence_destroy, (void *ctx, void *f), (x->inner.ctx, f))
+FORWARD(tide_status, synchronize, (void *ctx), (x->inner.ctx))
+FORWARD(tide_status, mem_info, (void *ctx, size_t *fr, size_t *tot), (x->inner.ctx, fr, tot))
+FORWARD(tide_status, fill, (void *ctx, uintptr_t a, size_t n, uint8_t v, tide_stream s), (x->inner.ctx, a, n, v, s))
+FORWARD(tide_status, verify, (void *ctx, uintptr_t a, size_t n, uint8_t v, tide_stream s, size_t *bad),
+        (x->inner.ctx, a, n, v, s, bad))
+FORWARD(tide_status, va_reserve, (void *ctx, size_t n, uintptr_t *out), (x->inner.ctx, n, out))
+FORWARD(tide_status, va_release, (void *ctx, uintptr_t a, size_t n), (x->inner.ctx, a, n))
+#undef FORWARD
+
+/* The simulated device's backend with its memory calls recorded; every other call passed through. */
+static tide_backend recording_backend(struct run *x, tide_backend inner)
+{
+    x->inner = inner;
+    tide_backend be = inner;
+    be.ctx = x;
+    be.reserve = rec_reserve;
+    be.release = rec_release;
+    be.fence_create = fwd_fence_create;
+    be.fence_record = fwd_fence_record;
+    be.fence_query = fwd_fence_query;
+    be.fence_wait = inner.fence_wait ? fwd_fence_wait : NULL;
+    be.fence_destroy = fwd_fence_destroy;
+    be.synchronize = fwd_synchronize;
+    be.mem_info = fwd_mem_info;
+    be.close = NULL; /* the simulated device is destroyed by the replay itself */
+    be.fill = inner.fill ? fwd_fill : NULL;
+    be.verify = inner.verify ? fwd_verify : NULL;
+    be.va_reserve = inner.va_reserve ? fwd_va_reserve : NULL;
+    be.va_release = inner.va_release ? fwd_va_release : NULL;
+    be.map = inner.map ? rec_map : NULL;
+    be.unmap = inner.unmap ? rec_unmap : NULL;
+    return be;
 }
 
 /* Frees what the trace left live, so that the next pass starts as a fresh run of the program would,
@@ -282,6 +393,8 @@ int replay_run(const struct trace *t, const struct replay_options *o, struct rep
             goto out;
         }
     tide_backend be = tide_sim_backend(x.sim);
+    if (o->record_calls)
+        be = recording_backend(&x, be);
     if (tide_create(&be, o->config, &x.t) != TIDE_OK) {
         snprintf(x.err, x.errcap, "%s", tide_last_error()); /* it names tide_create already */
         goto out;
@@ -333,6 +446,9 @@ void replay_result_free(struct replay_result *r)
     free(r->timeline_live);
     free(r->timeline_reserved);
     free(r->timeline_op);
+    free(r->calls);
+    r->calls = NULL;
+    r->ncalls = r->calls_cap = 0;
     r->pass_peak_reserved = r->pass_end_reserved = NULL;
     r->timeline_live = r->timeline_reserved = r->timeline_op = NULL;
     r->timeline_n = 0;

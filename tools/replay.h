@@ -38,10 +38,19 @@ struct replay_options {
     size_t history_capacity;        /* tide_history_start with this many events (0: no history) */
     unsigned history_flags;         /* TIDE_HISTORY_STACKS */
     bool progress;                  /* a progress bar on stderr */
+    bool record_calls;              /* keep every driver call that reserved or released memory, with
+                                       the operation it came in (replay_result's calls) */
     /* Called after the last pass, before the final tide_empty_cache: to read the history or take a
      * snapshot. A non-zero return fails the replay (with the message the callback put in err). */
     int (*at_end)(tide_allocator *t, void *arg, char *err, size_t errcap);
     void *at_end_arg;
+};
+
+enum replay_call_kind { REPLAY_CALL_RESERVE, REPLAY_CALL_RELEASE, REPLAY_CALL_MAP, REPLAY_CALL_UNMAP };
+struct replay_call {
+    uint64_t op;
+    uint64_t bytes;
+    enum replay_call_kind kind;
 };
 
 struct replay_result {
@@ -71,6 +80,12 @@ struct replay_result {
     unsigned passes;
     uint64_t *pass_peak_reserved;   /* peak reserved during each pass */
     uint64_t *pass_end_reserved;    /* reserved at the end of each pass, before any empty_cache */
+    /* the driver's memory calls, with record_calls: each reservation, release, map and unmap that
+       succeeded, in order, and the index of the trace operation it came in (over all passes; the
+       end of the run, after the last operation, for the leftovers' frees and the final empty_cache) */
+    struct replay_call *calls;
+    size_t ncalls, calls_cap;
+    bool calls_lost;                /* host memory ran out for the log: some calls are missing */
     /* timeline */
     size_t timeline_n;
     uint64_t *timeline_live, *timeline_reserved, *timeline_op;

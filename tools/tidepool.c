@@ -50,6 +50,9 @@ static void usage(FILE *f)
           "  --check               run tide_check after every operation (slow)\n"
           "  --history N           keep a history of the last N events during the replay\n"
           "  --history-stacks      record each event's native call stack too\n"
+          "  --calls-out FILE      write the driver calls that reserved, released, mapped or\n"
+          "                        unmapped memory as CSV (op,call,bytes): op is the index of\n"
+          "                        the trace operation each came in, counted over all passes\n"
           "  --history-out FILE    write the history as JSON, every event in its exact order\n"
           "                        (TIDE_HISTORY_ORDERED; implies --history if not given)\n"
           "  --snapshot-out FILE   write a snapshot (every segment and block) as JSON at the end\n"
@@ -240,7 +243,7 @@ static void print_table_row(FILE *f, const char *path, const char *conf, const s
 
 /* What the end of a replay writes: the history, the snapshot, the plot. */
 struct outputs {
-    const char *history, *snapshot, *plot, *title;
+    const char *history, *snapshot, *plot, *title, *calls;
 };
 
 static int write_text(const char *path, const char *text, char *err, size_t errcap)
@@ -309,6 +312,30 @@ static int write_outputs(tide_allocator *t, void *arg, char *err, size_t errcap)
                                                                                 : strerror(errno));
             return -1;
         }
+    }
+    return 0;
+}
+
+/* --calls-out: the replay's driver calls, one CSV line each. */
+static int write_calls(const char *path, const struct replay_result *r, char *err, size_t errcap)
+{
+    static const char *const names[] = {"reserve", "release", "map", "unmap"};
+    if (r->calls_lost) {
+        snprintf(err, errcap, "out of host memory for the log of driver calls: %s not written", path);
+        return -1;
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, errcap, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "op,call,bytes\n");
+    for (size_t i = 0; i < r->ncalls; i++)
+        fprintf(f, "%llu,%s,%llu\n", (unsigned long long)r->calls[i].op, names[r->calls[i].kind],
+                (unsigned long long)r->calls[i].bytes);
+    if (fclose(f) != 0) {
+        snprintf(err, errcap, "cannot write %s: %s", path, strerror(errno));
+        return -1;
     }
     return 0;
 }
@@ -411,6 +438,10 @@ static int parse_replay_args(int argc, char **argv, struct replay_cli *cli)
         } else if (!strcmp(arg, "--history-out")) {
             cli->out.history = val;
             i++;
+        } else if (!strcmp(arg, "--calls-out")) {
+            cli->out.calls = val;
+            cli->o.record_calls = true;
+            i++;
         } else if (!strcmp(arg, "--snapshot-out")) {
             cli->out.snapshot = val;
             i++;
@@ -449,8 +480,10 @@ static int parse_replay_args(int argc, char **argv, struct replay_cli *cli)
         fprintf(stderr, "%s: give one trace, at most one --conf, and -o OUT.svg\n", cli->name);
         return 2;
     }
-    if ((cli->out.history || cli->out.snapshot || cli->out.plot) && cli->nfiles * (cli->nconfs ? cli->nconfs : 1) > 1) {
-        fprintf(stderr, "%s: --history-out and --snapshot-out take one trace and one --conf\n", cli->name);
+    if ((cli->out.history || cli->out.snapshot || cli->out.plot || cli->out.calls) &&
+        cli->nfiles * (cli->nconfs ? cli->nconfs : 1) > 1) {
+        fprintf(stderr, "%s: --history-out, --snapshot-out and --calls-out take one trace and one --conf\n",
+                cli->name);
         return 2;
     }
     return -1;
@@ -495,6 +528,10 @@ static int run_replays(struct replay_cli *cli)
                         cli->confs[ci] ? cli->confs[ci] : "", err);
                 status = 1;
                 continue;
+            }
+            if (cli->out.calls && write_calls(cli->out.calls, &r, err, sizeof err) != 0) {
+                fprintf(stderr, "%s: %s\n", cli->name, err);
+                status = 1;
             }
             if (cli->plot) {
                 printf("wrote %s\n", cli->out.plot);
