@@ -1,6 +1,8 @@
 """Finds and loads libtidepool, building it from the source tree when needed (standard library only)."""
 
 import ctypes
+import numbers
+import operator
 import os
 import subprocess
 import sys
@@ -15,6 +17,98 @@ TIDE_OK, TIDE_EINVAL, TIDE_ENOMEM = 0, 1, 2
 
 class TidepoolError(RuntimeError):
     """A tidepool call failed; the message is tidepool's own."""
+
+
+class ArgumentError(TidepoolError, ValueError):
+    """An argument outside what the C library takes, refused before it got there (a ValueError too)."""
+
+
+# ---- arguments, checked before ctypes sees them --------------------------------------------------------
+# ctypes converts a Python int to a C integer modulo 2^bits without a word (2**64 + 4096 reaches
+# tide_malloc as 4096, -1 as SIZE_MAX) and passes a string to C, which stops at its first NUL. So every
+# number and string a caller gives is checked here, once, and the adaptors pass on only what these
+# return.
+
+SIZE_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
+UINTPTR_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1
+UINT64_MAX = (1 << 64) - 1
+INT64_MAX = (1 << 63) - 1
+INT_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_int) - 1)) - 1
+
+
+def whole_number(value, what, low, high, high_is="the most it can be"):
+    """value as an int in [low, high]. An int, or an object that is one (__index__, as NumPy's integers
+    are); a bool, a float (4096.0 too) or anything else is a TypeError, as they are mistakes more often
+    than not; out of range is an ArgumentError."""
+    if isinstance(value, bool):
+        raise TypeError("%s must be a whole number, not a bool (%r)" % (what, value))
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError("%s must be a whole number (an int), not %s (%r)"
+                        % (what, type(value).__name__, value)) from None
+    # operator.index gives an exact int on Python 3.10 and later; before, an int subclass could come
+    # back, whose comparisons and formatting it may override
+    number = int.__index__(number)
+    if number < low:
+        raise ArgumentError("%s is %d, %s" % (what, number, "negative" if number < 0 <= low
+                                                                else "less than %d" % low))
+    if number > high:
+        raise ArgumentError("%s is %d, more than %d, %s" % (what, number, high, high_is))
+    return number
+
+
+def size_arg(value, what="size", low=0):
+    """A byte count for a size_t (0 is left to the library, which says why it refuses it)."""
+    return whole_number(value, what, low, SIZE_MAX, "the largest size_t")
+
+
+def device_arg(value, what="device"):
+    """A device index for a C int (the library says which devices exist)."""
+    return whole_number(value, what, 0, INT_MAX, "the largest C int")
+
+
+def handle_value(value, what):
+    """A pointer or stream handle as an int in [0, UINTPTR_MAX]: an int (or __index__), a
+    ctypes.c_void_p, or a handle object that converts with int() and is no number (cuda-python's
+    CUstream and CUdeviceptr). Numbers that are not whole (float, Decimal, Fraction) and bools are
+    refused: int() would cut them to some other address."""
+    if isinstance(value, ctypes.c_void_p):
+        return value.value or 0
+    if isinstance(value, bool) or hasattr(value, "__index__") or isinstance(value, numbers.Number) \
+            or not hasattr(value, "__int__"):
+        return whole_number(value, what, 0, UINTPTR_MAX, "the highest address")
+    return whole_number(int(value), what, 0, UINTPTR_MAX, "the highest address")
+
+
+def pointer_arg(value, what="pointer"):
+    """handle_value as a ctypes.c_void_p (0 or None: NULL)."""
+    return ctypes.c_void_p(handle_value(0 if value is None else value, what) or None)
+
+
+def stream_arg(value, what="stream"):
+    """A stream handle (0 or None: the legacy default stream) as a ctypes.c_void_p."""
+    return ctypes.c_void_p(handle_value(0 if value is None else value, what) or None)
+
+
+def text_arg(value, what):
+    """A str for a C string, or None. A NUL inside it is refused: C would read only the text before it,
+    and a configuration cut there is accepted as if the rest had not been written."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError("%s must be a str, not %s (%r)" % (what, type(value).__name__, value))
+    nul = value.find("\0")
+    if nul >= 0:
+        raise ArgumentError("%s has a NUL character at offset %d; C would read it as %r and drop the rest"
+                            % (what, nul, value[:nul]))
+    return value
+
+
+def c_text(value, what):
+    """text_arg encoded for ctypes (UTF-8), or None."""
+    text = text_arg(value, what)
+    return None if text is None else text.encode()
 
 
 def source_root():
@@ -150,6 +244,7 @@ def shared_devices(config=None):
     (CuPy, numba, cuda.core, RMM), made on first use: they share one cache per device, as the C
     library's set does. A later call with another config is refused."""
     global _shared, _shared_config
+    config = text_arg(config, "tidepool config")
     L = lib()  # outside the lock: lib() takes it too
     with _lock:
         if _shared is None:
@@ -166,17 +261,18 @@ def shared_devices(config=None):
 def device_allocator(devices, index):
     """The tide_allocator of one device of a set."""
     allocator = ctypes.c_void_p()
-    check(lib().tide_devices_get(devices, int(index), ctypes.byref(allocator)), "tide_devices_get")
+    check(lib().tide_devices_get(devices, device_arg(index, "device index"), ctypes.byref(allocator)), "tide_devices_get")
     return allocator
 
 
 def devices_malloc(devices, device, size, stream):
     """A block of size bytes on device, ordered on stream (a CUstream as an int; 0: the legacy default
     stream). Raises MemoryError(size) subclass OutOfMemory when the device is full."""
+    device, size = device_arg(device, "malloc: device"), size_arg(size, "malloc: size")
+    stream = stream_arg(stream, "malloc: stream")
     L = lib()
     out = ctypes.c_void_p()
-    status = L.tide_devices_malloc(devices, int(device), int(size), ctypes.c_void_p(int(stream) or None),
-                                   ctypes.byref(out))
+    status = L.tide_devices_malloc(devices, device, size, stream, ctypes.byref(out))
     if status == TIDE_ENOMEM:
         raise OutOfMemory(size, L.tide_last_error().decode(errors="replace"))
     check(status, "tide_malloc of %d bytes" % size)
@@ -186,11 +282,11 @@ def devices_malloc(devices, device, size, stream):
 def devices_free_on(devices, ptr, stream):
     """Frees ptr once the work queued so far on stream is done, as well as the work on the stream it
     was allocated on (a fence on stream, unless it is that stream)."""
+    ptr, stream = pointer_arg(ptr, "free: pointer"), stream_arg(stream, "free: stream")
     L = lib()
     # On the block's own stream this records nothing: its work is in order already.
-    check(L.tide_devices_record_stream(devices, ctypes.c_void_p(ptr), ctypes.c_void_p(int(stream) or None)),
-          "tide_record_stream")
-    check(L.tide_devices_free(devices, -1, ctypes.c_void_p(ptr)), "tide_free")
+    check(L.tide_devices_record_stream(devices, ptr, stream), "tide_record_stream")
+    check(L.tide_devices_free(devices, -1, ptr), "tide_free")
 
 
 class OutOfMemory(MemoryError):

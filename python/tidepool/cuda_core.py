@@ -23,14 +23,14 @@ def _stream_handle(stream):
     handle = getattr(stream, "handle", None)
     if handle is None:
         raise TypeError("tidepool: a cuda.core Stream is needed here, got %r" % (stream,))
-    return int(handle)
+    return _lib.handle_value(handle, "stream handle")
 
 
 class TidepoolMemoryResource(MemoryResource):
     """Device memory of one device from tidepool (the allocators tidepool's Python adaptors share)."""
 
     def __init__(self, device_id=0, config=None):
-        self._device_id = int(device_id)
+        self._device_id = _lib.device_arg(device_id, "TidepoolMemoryResource: device_id")
         self._devices = _lib.shared_devices(config)
 
     def allocate(self, size, stream=None):
@@ -40,7 +40,7 @@ class TidepoolMemoryResource(MemoryResource):
         return Buffer.from_handle(ptr, size, mr=self, stream=stream)
 
     def deallocate(self, ptr, size, stream=None):
-        _lib.devices_free_on(self._devices, int(ptr), _stream_handle(stream))
+        _lib.devices_free_on(self._devices, ptr, _stream_handle(stream))  # checks ptr
 
     @property
     def is_device_accessible(self):

@@ -13,7 +13,6 @@ there is done. Work on a third stream, neither current at allocation nor at free
 order (record_stream, as in PyTorch, or a synchronize).
 """
 
-import ctypes
 import threading
 
 import cupy
@@ -35,7 +34,7 @@ def enable(config=None):
     with _lock:
         if _devices is not None:
             raise RuntimeError("tidepool.cupy.enable() was already called in this process")
-        devices = _lib.shared_devices(config)
+        devices = _lib.shared_devices(config)  # checks config
 
         def malloc(size, device_id):
             try:
@@ -62,10 +61,9 @@ def _handle():
 def record_stream(array, stream):
     """Declares that array's memory is used on stream (a cupy.cuda.Stream): its free waits for the work
     queued there by then, as torch.Tensor.record_stream."""
-    ptr = array.data.mem.ptr if hasattr(array, "data") else int(array)
-    _lib.check(_lib.lib().tide_devices_record_stream(_handle(), ctypes.c_void_p(ptr),
-                                                     ctypes.c_void_p(stream.ptr or None)),
-               "tide_record_stream")
+    ptr = _lib.pointer_arg(array.data.mem.ptr if hasattr(array, "data") else array, "record_stream: array")
+    stream = _lib.stream_arg(stream.ptr, "record_stream: stream")
+    _lib.check(_lib.lib().tide_devices_record_stream(_handle(), ptr, stream), "tide_record_stream")
 
 
 def empty_cache():
@@ -75,5 +73,5 @@ def empty_cache():
 
 def memory_stats(device=None):
     """tidepool's statistics for one device, under PyTorch's key names."""
-    index = cupy.cuda.Device().id if device is None else int(device)
+    index = cupy.cuda.Device().id if device is None else device  # device_allocator checks it
     return _lib.stats_json(_lib.device_allocator(_handle(), index))

@@ -77,24 +77,18 @@ def _free(ptr):
     _lib.devices_free_on(_devices(), ptr, 0)
 
 
-def _handle_value(handle):
-    return handle.value or 0 if isinstance(handle, ctypes.c_void_p) else int(handle)
-
-
 def _pointer_of(array):
-    """The pointer tidepool handed out for array's memory (a view's owner's)."""
-    if isinstance(array, int):
-        return array
-    memory = array.gpu_data.owner
-    return _handle_value(memory.handle)
+    """The pointer tidepool handed out for array's memory (a view's owner's), as a ctypes.c_void_p."""
+    if hasattr(array, "gpu_data"):
+        return _lib.pointer_arg(array.gpu_data.owner.handle, "record_stream: array's memory")
+    return _lib.pointer_arg(array, "record_stream: array")
 
 
 def record_stream(array, stream):
     """Declares that the memory of array (a numba device array, or a pointer tidepool returned) is used
     on stream (a numba stream): its release waits for the work queued there by then."""
-    _lib.check(_lib.lib().tide_devices_record_stream(_devices(), ctypes.c_void_p(_pointer_of(array)),
-                                                     ctypes.c_void_p(_handle_value(stream.handle) or None)),
-               "tide_record_stream")
+    ptr, stream = _pointer_of(array), _lib.stream_arg(stream.handle, "record_stream: stream")
+    _lib.check(_lib.lib().tide_devices_record_stream(_devices(), ptr, stream), "tide_record_stream")
 
 
 def memory_stats(device=0):

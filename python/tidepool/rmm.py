@@ -21,14 +21,14 @@ def _stream_handle(stream):
     for attribute in ("value", "ptr", "handle"):
         value = getattr(stream, attribute, None)
         if value is not None:
-            return int(value() if callable(value) else value)
-    return int(stream)
+            return _lib.handle_value(value() if callable(value) else value, "stream handle")
+    return _lib.handle_value(stream, "stream")
 
 
 def resource(device=0, config=None):
     """An RMM memory resource over tidepool, for one device."""
+    index = _lib.device_arg(device, "tidepool.rmm.resource: device")
     devices = _lib.shared_devices(config)
-    index = int(device)
 
     def allocate(size, stream=None):
         return _lib.devices_malloc(devices, index, size, _stream_handle(stream))

@@ -53,6 +53,7 @@ def enable(config=None):
     environment is read too, this argument wins). Must be called before the first CUDA allocation.
     """
     global _shim
+    config = _lib.text_arg(config, "tidepool.torch.enable: config")
     with _lock:
         if _shim is not None:
             raise RuntimeError("tidepool.torch.enable() was already called in this process")
@@ -84,11 +85,13 @@ def _require():
 
 
 def _device_index(device):
+    """A device index from None (the current device), a torch.device or its name ("cuda:1"), or an int;
+    checked before it reaches the C++ hooks, whose int would not hold every Python int."""
     if device is None:
         return torch.cuda.current_device()
-    if isinstance(device, int):
-        return device
-    return torch.device(device).index or 0
+    if isinstance(device, (str, torch.device)):
+        return torch.device(device).index or 0
+    return _lib.device_arg(device)
 
 
 def memory_stats(device=None):
@@ -130,7 +133,10 @@ def check(device=None):
 
 
 def set_limit(nbytes, device=None):
-    _require().set_limit(_device_index(device), int(nbytes))
+    """tidepool's limit on one device's reserved memory, in bytes (at least 1)."""
+    nbytes = _lib.whole_number(nbytes, "tidepool.torch.set_limit: nbytes", 1, _lib.INT64_MAX,
+                               "the largest int64")
+    _require().set_limit(_device_index(device), nbytes)
 
 
 def _format_bytes(n):
@@ -189,10 +195,13 @@ def record_memory_history(enabled=True, max_entries=100000, stacks=False, device
     numbers 512 at a time, so two streams' events, and a stream's events with segment events,
     interleave in blocks of up to 512; dump_trace refuses such a history."""
     shim = _require()
+    if enabled:
+        max_entries = _lib.whole_number(max_entries, "record_memory_history: max_entries", 1,
+                                        _lib.INT64_MAX, "the largest int64")
     devices = range(torch.cuda.device_count()) if device is None else [_device_index(device)]
     for d in devices:
         if enabled:
-            shim.history_start(d, int(max_entries), bool(stacks), bool(ordered))
+            shim.history_start(d, max_entries, bool(stacks), bool(ordered))
         else:
             shim.history_stop(d)
 
@@ -200,7 +209,7 @@ def record_memory_history(enabled=True, max_entries=100000, stacks=False, device
 def annotate(text, device=None):
     """Marks this point in the history of one device's allocator (the current device if None) with
     text, e.g. "step 12": an annotation event among the allocations. Needs record_memory_history on."""
-    _require().annotate(_device_index(device), str(text))
+    _require().annotate(_device_index(device), _lib.text_arg(str(text), "annotate: text"))
 
 
 def _frames(names):
