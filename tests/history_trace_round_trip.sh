@@ -28,5 +28,5 @@ echo '{"events": [{"kind": "alloc", "addr": 4096, "size": "many", "stream": 0}]}
 if PYTHONPATH="$pydir" python3 -m tidepool.trace bad.json -o bad.csv 2> bad.txt; then
     echo "FAIL: a malformed history was converted"; exit 1
 fi
-grep -q "event 0: needs kind, and addr, size and stream as numbers" bad.txt
+grep -q "bad.json:1: event 0: size is \"many\", not a whole number" bad.txt
 echo "malformed history refused: $(cat bad.txt)"
