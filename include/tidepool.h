@@ -93,9 +93,12 @@
  *     garbage_collection_threshold:F  0 < F < 1: when reserving a segment would take reserved memory above
  *                                     F x limit, release the oldest wholly free cached segments first.
  *                                     Default: off.
- *     max_split_size_mb:N             blocks of N MiB or more are never split, and requests below N MiB
- *                                     never take them (N > 20). Default: unlimited. No effect
- *                                     with expandable_segments:True, whose runs split at any size.
+ *     max_split_size_mb:N             requests below N MiB (N > 20) leave the segments reserved for
+ *                                     requests of N MiB or more alone, as long as a segment of their
+ *                                     own fits under the most ever reserved; past that they take from
+ *                                     them rather than raise the peak. Large requests share such
+ *                                     segments. Default: unlimited. No effect with
+ *                                     expandable_segments:True, whose runs split at any size.
  *     trim_on_growth:B                True (default): before reserving past the most it has ever
  *                                     reserved, give idle segments back (see HOLDING MEMORY). False:
  *                                     keep every freed segment cached until asked (PyTorch's way).

@@ -215,10 +215,10 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
     t->conf = conf;
     t->device_total = dev_total < TIDE_MAX_DEVICE_BYTES ? dev_total : TIDE_MAX_DEVICE_BYTES;
     t->guard = conf.guard ? TIDE_GUARD_BYTES : 0;
-    /* The oversize rule keeps a big reserved segment from being carved up for good. A run of pages is
-     * carved and given back page by page, and under the rule its free stretches, which grow as pages
-     * are mapped beside them, would serve no request below the limit and be taken whole by any above. */
-    t->oversize_min = conf.expandable_segments ? SIZE_MAX : conf.max_split_size;
+    /* The rules keep a big reserved segment from being carved up for good (free_index.c). A run of
+     * pages is carved and given back page by page, and its free stretches, which grow as pages are
+     * mapped beside them, may serve any request: its segments are made for none (made_for 0). */
+    t->fit = (struct fit_rules){conf.expandable_segments ? SIZE_MAX : conf.max_split_size};
     t->limit = limit_from_config(&conf, t->device_total);
     t->gc_threshold = conf.gc_threshold > 0 ? (size_t)((double)t->limit * conf.gc_threshold) : 0;
     t->id = atomic_fetch_add(&next_allocator_id, 1);

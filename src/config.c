@@ -159,8 +159,8 @@ static const struct config_key keys[] = {
       "0 < F < 1: above F x limit, give the oldest idle segments back before reserving"},
      KEY_FRACTION, FIELD(gc_threshold), 0, 1, 0, "a fraction of the limit, 0 < F < 1"},
     {{"max_split_size_mb", "MiB", "unlimited",
-      "blocks of N MiB or more (N > 20) are never split, and smaller requests never take them; "
-      "no effect with expandable segments"},
+      "segments reserved for requests of N MiB or more (N > 20) serve smaller requests only where a "
+      "segment of their own would pass the most ever reserved; no effect with expandable segments"},
      KEY_MIB, FIELD(max_split_size), 21, (double)(UINT64_MAX >> 21), (double)SIZE_MAX,
      "a whole number of MiB above 20"},
     BOOL_KEY("trim_on_growth", trim_on_growth, 1,

@@ -69,11 +69,15 @@ void free_index_remove(struct free_index *fi, struct block *b)
     fi->fl_bitmap &= ~((uint64_t)(fi->sl_bitmap[fl] == 0) << fl);
 }
 
-static bool acceptable(const struct block *b, size_t size, size_t oversize_min)
+/* Whether a block of seg may serve a request of size bytes that it holds with room to spare. Under
+ * max_split_size_mb, a segment reserved for a request of that size or more serves no smaller one:
+ * PyTorch's rule, by segment rather than by block, so that a block of such a segment may be split among
+ * large requests, and a segment reserved for a request just below the size, which its granules took
+ * above it, still serves that request (docs/design.md, Placement). The rule is soft: pressure.c lifts
+ * it where keeping to it would raise the program's peak. */
+static inline bool acceptable_in(const struct segment *seg, size_t size, const struct fit_rules *r)
 {
-    if (b->size < oversize_min)
-        return true;
-    return size >= oversize_min && b->size - size < TIDE_OVERSIZE_SLACK;
+    return seg->made_for < r->oversize_min || size >= r->oversize_min;
 }
 
 /* The first class above (fl, sl) that holds blocks, or false. */
@@ -115,7 +119,11 @@ static inline bool next_class(const struct free_index *fi, unsigned fl, unsigned
     return (sl_map | fl_map) != 0;
 }
 
-struct block *free_index_find(const struct free_index *fi, size_t size, size_t oversize_min)
+/* Classes looked at above the request's own when the first holds no block the rule accepts (a bound on
+ * the search; past it the request grows, or pressure.c retries without the rule). */
+#define FIND_CLASSES 4
+
+struct block *free_index_find(const struct free_index *fi, size_t size, const struct fit_rules *rules)
 {
     unsigned fl, sl;
     class_of(size, &fl, &sl);
@@ -126,11 +134,11 @@ struct block *free_index_find(const struct free_index *fi, size_t size, size_t o
     unsigned seen = 0;
     for (struct block *b = fi->heads[fl][sl]; b != fi->end && seen < TIDE_FIT_SCAN;
          b = b->link_next, seen++) {
-        if (b->size < size || !acceptable(b, size, oversize_min))
+        if (b->size < size)
             continue;
         if (b->size == size)
             return b;
-        if (!best || b->size < best->size)
+        if ((!best || b->size < best->size) && acceptable_in(b->seg, size, rules))
             best = b;
     }
     if (best)
@@ -140,18 +148,23 @@ struct block *free_index_find(const struct free_index *fi, size_t size, size_t o
     unsigned nfl, nsl;
     if (!next_class(fi, fl, sl, &nfl, &nsl))
         return NULL;
-    seen = 0;
-    for (struct block *b = fi->heads[nfl][nsl]; b != fi->end && seen < TIDE_FIT_SCAN;
-         b = b->link_next, seen++)
-        if (acceptable(b, size, oversize_min))
-            return b;
-    return NULL;
+    for (unsigned classes = 0;;) {
+        seen = 0;
+        for (struct block *b = fi->heads[nfl][nsl]; b != fi->end && seen < TIDE_FIT_SCAN;
+             b = b->link_next, seen++)
+            if (acceptable_in(b->seg, size, rules))
+                return b;
+        /* Refused (rare): a few classes more, since a segment reserved for a smaller request may lie
+         * higher up than one reserved for a larger. */
+        if (++classes == FIND_CLASSES || !next_class_branching(fi, nfl, nsl, &nfl, &nsl))
+            return NULL;
+    }
 }
 
 /* free_index_find's decision, taken on the index as a merge would leave it: the merged block first in
  * its class, `absorbed` gone. Each step mirrors a step of free_index_find. */
-bool free_index_would_find(const struct free_index *fi, size_t size, size_t oversize_min,
-                           size_t merged_size, const struct block *absorbed)
+bool free_index_would_find(const struct free_index *fi, size_t size, const struct fit_rules *rules,
+                           const struct segment *merged_seg, size_t merged_size, const struct block *absorbed)
 {
     /* An exact fit is always acceptable, and the search returns the first exact fit it meets in the
      * request's own class, where the merged block would be first: the common case (a block freed and
@@ -161,8 +174,7 @@ bool free_index_would_find(const struct free_index *fi, size_t size, size_t over
     unsigned fl, sl, mfl, msl;
     class_of(size, &fl, &sl);
     class_of(merged_size, &mfl, &msl);
-    bool merged_acceptable = merged_size < oversize_min ||
-                             (size >= oversize_min && merged_size - size < TIDE_OVERSIZE_SLACK);
+    bool merged_acceptable = acceptable_in(merged_seg, size, rules);
 
     /* The request's own class: the merged block would be its first (and is larger than asked: the
      * exact fit returned above). */
@@ -180,11 +192,11 @@ bool free_index_would_find(const struct free_index *fi, size_t size, size_t over
         if (b == absorbed)
             continue;
         seen++;
-        if (b->size < size || !acceptable(b, size, oversize_min))
+        if (b->size < size)
             continue;
         if (b->size == size)
             return false;
-        if (!best || b->size < best) {
+        if ((!best || b->size < best) && acceptable_in(b->seg, size, rules)) {
             best = b->size;
             best_is_merged = false;
         }

@@ -183,14 +183,11 @@ static void segment_unlink(struct heap *h, struct segment *seg)
 /* ---- taking and returning blocks ------------------------------------------------------------------ */
 
 /* Whether a FREE block of size bytes in seg, taken for rounded bytes, is split. */
-static bool worth_splitting(const struct segment *seg, size_t size, size_t rounded, size_t oversize_min)
+static bool worth_splitting(const struct segment *seg, size_t size, size_t rounded)
 {
     size_t rest = size - rounded;
     if (seg->pool == POOL_SMALL)
         return rest >= TIDE_UNIT;
-    /* Oversize blocks stay whole, as max_split_size_mb promises. */
-    if (size >= oversize_min)
-        return false;
     /* In a run of pages every size shares the pool (pool_for_size), so any rest can serve a later
      * request, and its whole pages can be unmapped; in a reserved segment a small rest would only
      * fragment the large pool. */
@@ -225,7 +222,7 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
         idle_unlink(h, b->seg);
     }
 
-    if (TIDE_LIKELY(worth_splitting(b->seg, b->size, rounded, h->owner->oversize_min))) {
+    if (TIDE_LIKELY(worth_splitting(b->seg, b->size, rounded))) {
         struct block *rest = block_new(h);
         /* without host memory for a block struct, hand out the whole block instead */
         if (TIDE_LIKELY(rest != NULL)) {
@@ -251,10 +248,10 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
     return b;
 }
 
-struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
-                            tide_status *status)
+struct block *heap_take_fit_by(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
+                               const struct fit_rules *rules, tide_status *status)
 {
-    struct block *b = free_index_find(heap_free_index(h, pool), rounded, h->owner->oversize_min);
+    struct block *b = free_index_find(heap_free_index(h, pool), rounded, rules);
     if (!b)
         return NULL;
     return heap_take_block(h, b, rounded, requested, status);
@@ -419,15 +416,14 @@ struct block *heap_reuse_parked(struct heap *h, enum pool_kind pool, size_t roun
      * larger than the request would be split, and the rest left elsewhere. */
     if (b->size != rounded || b->seg->pool != pool || (prev && prev->state == BLOCK_FREE))
         return NULL;
-    size_t oversize_min = h->owner->oversize_min;
     bool absorbs_next = next && next->state == BLOCK_FREE;
     size_t merged = rounded + (absorbs_next ? next->size : 0);
     /* With a FREE block after it, the merged block would be split again at rounded bytes: unless it
-     * would not be (an oversize block stays whole), the layout comes back as it is. */
-    if (absorbs_next && !worth_splitting(b->seg, merged, rounded, oversize_min))
+     * would not be (a rest too small to keep), the layout comes back as it is. */
+    if (absorbs_next && !worth_splitting(b->seg, merged, rounded))
         return NULL;
     struct free_index *fi = heap_free_index(h, pool);
-    if (!free_index_would_find(fi, rounded, oversize_min, merged, absorbs_next ? next : NULL))
+    if (!free_index_would_find(fi, rounded, &h->owner->fit, b->seg, merged, absorbs_next ? next : NULL))
         return NULL;
     /* What the merge, the search and the split would have changed besides: the split's rest, the
      * FREE block after b again, filed at the front of its class (in the very struct, which the merge

@@ -48,19 +48,20 @@ void free_index_init(struct free_index *fi, struct block *end);
 void free_index_insert(struct free_index *fi, struct block *b);
 void free_index_remove(struct free_index *fi, struct block *b);
 /* The best block found for size: in size's own class the smallest fitting among the first few, else the
- * first block of the next non-empty class. Blocks of oversize_min bytes or more are taken only by
- * requests of oversize_min or more, and only if no more than TIDE_OVERSIZE_SLACK larger. */
-struct block *free_index_find(const struct free_index *fi, size_t size, size_t oversize_min);
+ * first block of the next non-empty class; a block that does not fit exactly only if its segment may
+ * serve the request (rules). */
+struct block *free_index_find(const struct free_index *fi, size_t size, const struct fit_rules *rules);
 bool free_index_contains(const struct free_index *fi, const struct block *b);
 /* For tide_check: the blocks on the index's lists (counting stops past limit, so a list made circular
  * by corruption still ends), and whether each class's bits say truly whether its list holds any. Not
  * kept as a running count: that was two instructions per insert and removal on the fast path. */
 size_t free_index_count(const struct free_index *fi, size_t limit, bool *bitmaps_agree);
-/* Whether free_index_find(fi, size, oversize_min) would return a block of merged_size bytes, were it
- * filed now (at the front of its class) and `absorbed` (a filed block, or NULL) removed: the index a
- * merge would leave, without making it. */
-bool free_index_would_find(const struct free_index *fi, size_t size, size_t oversize_min,
-                           size_t merged_size, const struct block *absorbed);
+/* Whether free_index_find(fi, size, rules) would return a block of merged_size bytes in merged_seg, were
+ * it filed now (at the front of its class) and `absorbed` (a filed block, or NULL) removed: the index a
+ * merge would leave, without making it. False where it cannot tell cheaply (the search would go on past
+ * a class whose blocks the rules refuse). */
+bool free_index_would_find(const struct free_index *fi, size_t size, const struct fit_rules *rules,
+                           const struct segment *merged_seg, size_t merged_size, const struct block *absorbed);
 /* Moves the filed block b to the front of its class, where filing it again would put it. */
 void free_index_to_front(struct free_index *fi, struct block *b);
 
@@ -271,9 +272,15 @@ void heap_destroy(struct heap *h);
  * and far fewer driver calls than two pools). */
 static inline enum pool_kind pool_for_size(const tide_allocator *t, size_t rounded);
 size_t segment_size_for(enum pool_kind pool, size_t rounded);
-/* Under h->lock: find a FREE block for rounded bytes and make it ACTIVE. NULL if none fits. */
-struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
-                            tide_status *status);
+/* Under h->lock: find a FREE block for rounded bytes that the rules let serve it, and make it ACTIVE.
+ * NULL if none fits. heap_take_fit: by the allocator's own rules. */
+struct block *heap_take_fit_by(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
+                               const struct fit_rules *rules, tide_status *status);
+static inline struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded,
+                                          size_t requested, tide_status *status)
+{
+    return heap_take_fit_by(h, pool, rounded, requested, &h->owner->fit, status);
+}
 /* Under h->lock: seg (freshly reserved, or back after a refused release) joins the heap as one FREE
  * block, b (a struct with no neighbours: from block_new, or the one seg kept while it was away). */
 void heap_adopt_free(struct heap *h, struct segment *seg, struct block *b);

@@ -272,11 +272,15 @@ size_t drain_after_synchronize(tide_allocator *t, uint64_t seq, tide_status sync
 
 /* ---- growing --------------------------------------------------------------------------------------- */
 
+/* Under pressure any cached block that fits serves, whatever segment it lies in: a block the fit rules
+ * keep for larger requests (free_index.c) is better used than memory given back or out of memory. */
+static const struct fit_rules any_fit = {SIZE_MAX};
+
 static struct block *retry_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
-                               tide_status *status)
+                               const struct fit_rules *rules, tide_status *status)
 {
     heap_lock(h);
-    struct block *b = heap_take_fit(h, pool, rounded, requested, status);
+    struct block *b = heap_take_fit_by(h, pool, rounded, requested, rules, status);
     heap_unlock(h);
     return b;
 }
@@ -324,6 +328,7 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
             continue;
         if (s != TIDE_OK)
             break;
+        seg->made_for = pool == POOL_LARGE ? rounded : 0;
         heap_lock(h);
         heap_adopt_free(h, seg, first);
         struct block *b = heap_take_block(h, first, rounded, requested, &s);
@@ -404,7 +409,7 @@ static tide_status climb_ladder(tide_allocator *t, struct heap *h, enum pool_kin
     /* 1: drain what the device has finished with */
     poll_all(t);
     tide_status s = TIDE_OK;
-    *b = retry_fit(h, pool, rounded, requested, &s);
+    *b = retry_fit(h, pool, rounded, requested, &any_fit, &s);
     if (!*b && s == TIDE_OK)
         s = grow(t, h, pool, rounded, requested, b);
     /* 2: give back every wholly free segment (and, expandable, every free page) */
@@ -424,7 +429,7 @@ static tide_status climb_ladder(tide_allocator *t, struct heap *h, enum pool_kin
         if (!atomic_load(&t->captures))
             release_all_cached(t, NULL);
         s = TIDE_OK;
-        *b = retry_fit(h, pool, rounded, requested, &s);
+        *b = retry_fit(h, pool, rounded, requested, &any_fit, &s);
         if (!*b && s == TIDE_OK)
             s = grow(t, h, pool, rounded, requested, b);
     }
@@ -437,9 +442,21 @@ tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind po
     tide_status s = TIDE_OK;
     pthread_mutex_lock(&t->pressure);
     /* Another thread may have freed memory on this stream since the fast path looked. */
-    struct block *b = retry_fit(h, pool, rounded, requested, &s);
+    struct block *b = retry_fit(h, pool, rounded, requested, &t->fit, &s);
+    /* The fit rules keep cached blocks for larger requests while a new segment for this one fits under
+     * the most ever reserved; past it, a kept block serves rather than the program's peak rising. */
+    if (!b && s == TIDE_OK && t->reserved + segment_size_for(pool, rounded) > t->high_water)
+        b = retry_fit(h, pool, rounded, requested, &any_fit, &s);
     if (!b && s == TIDE_OK)
         s = grow(t, h, pool, rounded, requested, &b);
+    /* No room for a new segment: a cached block the rules kept for larger requests, before anything
+     * is given back (and during a capture, where nothing can be). */
+    if (!b && s == TIDE_ENOMEM) {
+        s = TIDE_OK;
+        b = retry_fit(h, pool, rounded, requested, &any_fit, &s);
+        if (!b && s == TIDE_OK)
+            s = TIDE_ENOMEM;
+    }
     if (!b && s == TIDE_ENOMEM) {
         t->num_alloc_retries++;
         /* During a graph capture the ladder's steps (fence queries, releases, a synchronize) are not

@@ -24,6 +24,7 @@ struct segment *segment_struct(tide_allocator *t)
     seg->base = 0;
     seg->size = 0;
     seg->pool = 0;
+    seg->made_for = 0;
     seg->first = NULL;
     seg->prev = seg->next = NULL;
     seg->idle_prev = seg->idle_next = NULL;

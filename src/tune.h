@@ -34,9 +34,6 @@
 #ifndef TIDE_LARGE_SPLIT_MIN_REST
 #define TIDE_LARGE_SPLIT_MIN_REST (1 * MiB)   /* a large block is split only if more than this is left */
 #endif
-#ifndef TIDE_OVERSIZE_SLACK
-#define TIDE_OVERSIZE_SLACK (20 * MiB)        /* an oversize block may be this much larger than asked */
-#endif
 #ifndef TIDE_FIT_SCAN
 #define TIDE_FIT_SCAN 16                      /* blocks compared in the request's own size class */
 #endif

@@ -130,6 +130,9 @@ struct segment {
     uintptr_t base;
     size_t size;                      /* a multiple of TIDE_SEGMENT_GRANULE */
     uint8_t pool;                     /* enum pool_kind */
+    size_t made_for;                  /* a large-pool reservation: the request it was reserved for, which
+                                         decides which requests its blocks may serve (fit_rules); 0 for
+                                         the small pool and runs of pages */
     _Atomic(struct heap *) heap;      /* written under that heap's lock; read by the segment map */
     _Atomic(uintptr_t) map_base, map_end; /* what segment-map readers compare, without locks */
     struct block *first;              /* the lowest-addressed block */
@@ -165,6 +168,13 @@ struct arena {
 #define FI_FL_COUNT ((64 - 9) - (FI_SL_BITS - 1))
 _Static_assert(TIDE_UNIT == 1u << 9, "FI_FL_COUNT assumes 512-byte units");
 _Static_assert(FI_FL_COUNT <= 64, "the first-level bitmap is 64 bits");
+
+/* Which requests a FREE block may serve when it does not fit them exactly (an exact fit always may), by
+ * the request its segment was reserved for (struct segment's made_for): docs/design.md, Placement. */
+struct fit_rules {
+    size_t oversize_min;              /* max_split_size_mb: segments made for requests of this size or
+                                         more serve only requests of this size or more; SIZE_MAX: off */
+};
 
 struct free_index {
     uint64_t fl_bitmap;
@@ -289,9 +299,7 @@ struct tide_allocator {
     size_t device_total;
     size_t guard;                             /* bytes of canary before each block (0: guard off); the
                                                  user's pointer is the block's address plus this */
-    size_t oversize_min;                      /* blocks this large stay whole and serve no smaller request
-                                                 (max_split_size_mb); SIZE_MAX with expandable segments,
-                                                 whose runs of pages split and unmap at any size */
+    struct fit_rules fit;                     /* which requests a segment's blocks may serve (free_index.c) */
 
     pthread_mutex_t pressure;                 /* see the top of this file */
     size_t limit;                             /* under pressure; read racily by the fast path */

@@ -5,7 +5,8 @@
  * must be: below FI_SL_COUNT units every unit count is its own class on level 0; above, classes rise
  * with the size, never fall, and each is at most 1/FI_SL_COUNT of its lower bound wide. A search never
  * returns a block smaller than asked, finds a lone block from every size at or below its own, and
- * takes the block of the lowest class that can serve.
+ * takes the block of the lowest class that can serve, unless the fit rules keep that block's segment
+ * for larger requests.
  */
 #include "harness.h"
 #include "internal.h"
@@ -13,12 +14,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A segment reserved for no request in particular (a run of pages): its blocks serve any. */
+static struct segment unmade;
+static const struct fit_rules any_fit = {SIZE_MAX};
+
 static struct block *block_of(size_t size)
 {
     struct block *b = aligned_alloc(_Alignof(struct block), sizeof *b);
     memset(b, 0, sizeof *b);
     b->size = size;
     b->state = BLOCK_FREE;
+    b->seg = &unmade;
     return b;
 }
 
@@ -122,9 +128,9 @@ static void test_a_lone_block_serves_every_size_up_to_its_own(void)
         free_index_insert(&x.fi, b);
         CHECK(free_index_contains(&x.fi, b));
         for (uint64_t ask = 1; ask <= u; ask = ask < 64 ? ask + 1 : ask + ask / 7)
-            missed += free_index_find(&x.fi, ask * TIDE_UNIT, SIZE_MAX) != b;
-        missed += free_index_find(&x.fi, size, SIZE_MAX) != b;
-        too_small += free_index_find(&x.fi, size + TIDE_UNIT, SIZE_MAX) != NULL;
+            missed += free_index_find(&x.fi, ask * TIDE_UNIT, &any_fit) != b;
+        missed += free_index_find(&x.fi, size, &any_fit) != b;
+        too_small += free_index_find(&x.fi, size + TIDE_UNIT, &any_fit) != NULL;
         free_index_remove(&x.fi, b);
         CHECK(index_is_empty(&x));
         free(b);
@@ -146,12 +152,12 @@ static void test_search_takes_the_lowest_class_that_serves(void)
         blocks[i] = block_of(units[i] * TIDE_UNIT);
         free_index_insert(&x.fi, blocks[i]);
     }
-    CHECK(free_index_find(&x.fi, 1 * TIDE_UNIT, SIZE_MAX) == blocks[1]);
-    CHECK(free_index_find(&x.fi, 40 * TIDE_UNIT, SIZE_MAX) == blocks[1]);
-    CHECK(free_index_find(&x.fi, 41 * TIDE_UNIT, SIZE_MAX) == blocks[3]);
-    CHECK(free_index_find(&x.fi, 101 * TIDE_UNIT, SIZE_MAX) == blocks[2]);
-    CHECK(free_index_find(&x.fi, 4999 * TIDE_UNIT, SIZE_MAX) == blocks[0]);
-    CHECK(free_index_find(&x.fi, 5001 * TIDE_UNIT, SIZE_MAX) == NULL);
+    CHECK(free_index_find(&x.fi, 1 * TIDE_UNIT, &any_fit) == blocks[1]);
+    CHECK(free_index_find(&x.fi, 40 * TIDE_UNIT, &any_fit) == blocks[1]);
+    CHECK(free_index_find(&x.fi, 41 * TIDE_UNIT, &any_fit) == blocks[3]);
+    CHECK(free_index_find(&x.fi, 101 * TIDE_UNIT, &any_fit) == blocks[2]);
+    CHECK(free_index_find(&x.fi, 4999 * TIDE_UNIT, &any_fit) == blocks[0]);
+    CHECK(free_index_find(&x.fi, 5001 * TIDE_UNIT, &any_fit) == NULL);
     for (int i = 0; i < 4; i++) {
         free_index_remove(&x.fi, blocks[i]);
         free(blocks[i]);
@@ -212,7 +218,7 @@ static void test_search_above_matches_a_plain_scan(void)
                 same_level += fl_of[expect] == fl;
                 higher_level += fl_of[expect] != fl;
             }
-            wrong += free_index_find(&x.fi, size, SIZE_MAX) != (expect < 0 ? NULL : blocks[expect]);
+            wrong += free_index_find(&x.fi, size, &any_fit) != (expect < 0 ? NULL : blocks[expect]);
         }
         for (int i = 0; i < n; i++) {
             free_index_remove(&x.fi, blocks[i]);
@@ -226,6 +232,36 @@ static void test_search_above_matches_a_plain_scan(void)
     CHECK(asked > 10000 && none_above > 100 && same_level > 100 && higher_level > 100);
 }
 
+/* The fit rule of max_split_size_mb: a segment reserved for a request of that size or more serves no
+ * smaller one; a refused block is passed over for one in a class further up; an exact fit is never
+ * refused. */
+static void test_rules_keep_a_segment_for_the_requests_it_was_made_for(void)
+{
+    const struct fit_rules rules = {4000 * TIDE_UNIT};
+    struct segment made_for_big = {.made_for = 1000 * TIDE_UNIT}, made_for_huge = {.made_for = 4000 * TIDE_UNIT};
+    struct index x;
+    index_open(&x);
+    struct block *big = block_of(1000 * TIDE_UNIT), *huge_rest = block_of(1200 * TIDE_UNIT);
+    struct block *any = block_of(3000 * TIDE_UNIT);
+    big->seg = &made_for_big;
+    huge_rest->seg = &made_for_huge;
+    free_index_insert(&x.fi, big);
+    free_index_insert(&x.fi, huge_rest);
+    free_index_insert(&x.fi, any);
+    CHECK(free_index_find(&x.fi, 250 * TIDE_UNIT, &rules) == big);         /* any request */
+    CHECK(free_index_find(&x.fi, 1001 * TIDE_UNIT, &rules) == any);        /* the rest passed over */
+    CHECK(free_index_find(&x.fi, 1001 * TIDE_UNIT, &any_fit) == huge_rest); /* pressure lifts the rule */
+    CHECK(free_index_find(&x.fi, 1200 * TIDE_UNIT, &rules) == huge_rest);  /* exact */
+    CHECK(free_index_find(&x.fi, 3001 * TIDE_UNIT, &rules) == NULL);
+    struct block *all[] = {big, any, huge_rest};
+    for (int i = 0; i < 3; i++) {
+        free_index_remove(&x.fi, all[i]);
+        free(all[i]);
+    }
+    CHECK(index_is_empty(&x));
+    index_close(&x);
+}
+
 int main(void)
 {
     RUN(test_small_sizes_are_their_own_class);
@@ -234,6 +270,7 @@ int main(void)
     RUN(test_a_lone_block_serves_every_size_up_to_its_own);
     RUN(test_search_takes_the_lowest_class_that_serves);
     RUN(test_search_above_matches_a_plain_scan);
+    RUN(test_rules_keep_a_segment_for_the_requests_it_was_made_for);
     free(probe_block);
     index_close(&probe);
     return HARNESS_EXIT();

@@ -301,21 +301,42 @@ static void test_failed_fence_owes_a_synchronize(void)
     fixture_close(&f);
 }
 
-static void test_max_split_size_keeps_oversize_blocks_whole(void)
+/* max_split_size_mb: a segment reserved for a request of the size or more serves no smaller request
+ * while a segment of its own fits under the most ever reserved, and large requests share it; a segment
+ * reserved for a request just below the size, which its 2 MiB granules take above it, serves that
+ * request again (under PyTorch's rule, by block size, each step of such a loop reserved a segment more:
+ * reserved ran away). Past the mark, the large segment serves the small request rather than the peak
+ * rising. */
+static void test_max_split_size_keeps_large_segments_for_large_requests(void)
 {
     struct fixture f;
-    /* Idle segments stay cached here, so that the oversize block is still there to be asked for. */
-    fixture_open(&f, 0, "max_split_size_mb:64,trim_on_growth:False");
-    void *big, *small, *again;
+    fixture_open(&f, 0, "max_split_size_mb:64");
+    void *big, *other, *small, *again, *rest;
     CHECK_OK(tide_malloc(f.t, 100 * MIB, 0, &big));
+    CHECK_OK(tide_malloc(f.t, 40 * MIB, 0, &other));
+    CHECK_OK(tide_free(f.t, other));
     CHECK_OK(tide_free(f.t, big));
-    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &small)); /* below 64 MiB: may not take the 100 MiB block */
-    CHECK(small != big);
-    CHECK_OK(tide_malloc(f.t, 90 * MIB, 0, &again)); /* oversize, within 20 MiB: takes it whole */
+    CHECK_OK(tide_trim(f.t, 100 * MIB, NULL)); /* the 40 MiB segment goes, the mark stays at 140 */
+    CHECK(stats_of(f.t).reserved_bytes[ALL].current == (int64_t)(100 * MIB));
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &small)); /* below 64 MiB: a segment of its own */
+    CHECK((uintptr_t)small + 30 * MIB <= (uintptr_t)big || (uintptr_t)small >= (uintptr_t)big + 100 * MIB);
+    CHECK_OK(tide_malloc(f.t, 90 * MIB, 0, &again)); /* 64 MiB or more: from the large one, split */
     CHECK(again == big);
-    CHECK(stats_of(f.t).allocated_bytes[ALL].current == (int64_t)(30 * MIB + 100 * MIB));
-    CHECK_OK(tide_free(f.t, small));
+    CHECK(stats_of(f.t).allocated_bytes[ALL].current == (int64_t)(30 * MIB + 90 * MIB));
     CHECK_OK(tide_free(f.t, again));
+    /* at the mark (130 of 140 MiB reserved), a 12 MiB request is served from the large segment */
+    CHECK_OK(tide_malloc(f.t, 12 * MIB, 0, &rest));
+    CHECK((uintptr_t)rest >= (uintptr_t)big && (uintptr_t)rest < (uintptr_t)big + 100 * MIB);
+    CHECK(stats_of(f.t).reserved_bytes[ALL].peak == (int64_t)(140 * MIB));
+    CHECK_OK(tide_free(f.t, rest));
+    CHECK_OK(tide_free(f.t, small));
+    /* just below the size, in a segment of 64 MiB: the same request takes it again, step after step */
+    uint64_t reserved = stats_of(f.t).num_device_alloc;
+    for (int step = 0; step < 5; step++) {
+        CHECK_OK(tide_malloc(f.t, 63 * MIB + 1024, 0, &rest));
+        CHECK_OK(tide_free(f.t, rest));
+    }
+    CHECK(stats_of(f.t).num_device_alloc <= reserved + 1);
     checked(&f);
     fixture_close(&f);
 }
@@ -362,7 +383,7 @@ int main(void)
     RUN(test_each_stream_keeps_its_own_blocks);
     RUN(test_pending_block_is_never_merged);
     RUN(test_failed_fence_owes_a_synchronize);
-    RUN(test_max_split_size_keeps_oversize_blocks_whole);
+    RUN(test_max_split_size_keeps_large_segments_for_large_requests);
     RUN(test_mid_size_segments_hold_whole_requests);
     return HARNESS_EXIT();
 }
