@@ -308,6 +308,16 @@ static int push(struct reader *r, struct trace *t, struct trace_op op)
     return 0;
 }
 
+/* The next allocation's dense number. UINT32_MAX marks "none" in the id maps, so a trace holds at most
+ * UINT32_MAX - 1 allocations: past that, numbers would wrap onto live ones. */
+static int next_dense(struct reader *r, struct trace *t, uint32_t *dense)
+{
+    if (t->nallocs >= UINT32_MAX - 1)
+        return fail(r, "more than %u allocations: split the trace", UINT32_MAX - 1);
+    *dense = (uint32_t)t->nallocs++;
+    return 0;
+}
+
 /* A trace's streams, numbered densely in order of appearance (0, the default stream, stays 0): the
  * replay makes one simulated stream for each, and no more than one allocator serves. */
 struct stream_ids {
@@ -376,7 +386,9 @@ static int read_tidepool(struct reader *r, struct trace *t, struct key_map *ids)
                 rc = fail(r, "allocation id %llu appears twice", (unsigned long long)id);
                 break;
             }
-            uint32_t dense = (uint32_t)t->nallocs++;
+            uint32_t dense = 0;
+            if ((rc = next_dense(r, t, &dense)))
+                break;
             if (!key_put(ids, id, dense) || !key_put(&live, id, dense)) {
                 rc = fail(r, "out of memory");
                 break;
@@ -450,7 +462,9 @@ static int read_rmm(struct reader *r, struct trace *t, struct key_map *ids)
                 rc = fail(r, "pointer %s is allocated again before it was freed", f[3]);
                 break;
             }
-            uint32_t dense = (uint32_t)t->nallocs++;
+            uint32_t dense = 0;
+            if ((rc = next_dense(r, t, &dense)))
+                break;
             if (!key_put(ids, ptr, dense)) {
                 rc = fail(r, "out of memory");
                 break;
