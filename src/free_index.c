@@ -77,7 +77,8 @@ void free_index_remove(struct free_index *fi, struct block *b)
  * it where keeping to it would raise the program's peak. */
 static inline bool acceptable_in(const struct segment *seg, size_t size, const struct fit_rules *r)
 {
-    return seg->made_for < r->oversize_min || size >= r->oversize_min;
+    /* Off (the default), the segment is not read: its line is rarely in cache here. */
+    return r->oversize_min == SIZE_MAX || size >= r->oversize_min || seg->made_for < r->oversize_min;
 }
 
 /* The first class above (fl, sl) that holds blocks, or false. */
@@ -174,7 +175,6 @@ bool free_index_would_find(const struct free_index *fi, size_t size, const struc
     unsigned fl, sl, mfl, msl;
     class_of(size, &fl, &sl);
     class_of(merged_size, &mfl, &msl);
-    bool merged_acceptable = acceptable_in(merged_seg, size, rules);
 
     /* The request's own class: the merged block would be its first (and is larger than asked: the
      * exact fit returned above). */
@@ -183,7 +183,7 @@ bool free_index_would_find(const struct free_index *fi, size_t size, const struc
     unsigned seen = 0;
     if (mfl == fl && msl == sl) {
         seen = 1;
-        if (merged_acceptable) {
+        if (acceptable_in(merged_seg, size, rules)) {
             best = merged_size;
             best_is_merged = true;
         }
@@ -216,7 +216,7 @@ bool free_index_would_find(const struct free_index *fi, size_t size, const struc
         found = next_class_branching(fi, cfl, csl, &cfl, &csl);
     if (found && (cfl < mfl || (cfl == mfl && csl < msl)))
         return false;
-    return merged_acceptable;
+    return acceptable_in(merged_seg, size, rules);
 }
 
 void free_index_to_front(struct free_index *fi, struct block *b)
