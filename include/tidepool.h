@@ -86,10 +86,15 @@
  * CONFIGURATION
  *   One string, "key:value,key:value", in the syntax of PYTORCH_CUDA_ALLOC_CONF. It is read from the
  *   environment variable TIDEPOOL_CONF and from tide_create's argument; where both set a key, the argument
- *   wins. Unknown keys and bad values are errors. B is True or False (in any case), or 1 or 0. Keys:
+ *   wins. Unknown keys and bad values are errors. B is True or False (in any case), or 1 or 0. Numbers
+ *   are read exactly from their digits (no sign, no exponent): N and L are whole numbers, sizes are read
+ *   as tide_parse_size reads them, and a fraction (F, a limit's "0.9" or "90%") is a decimal with at
+ *   most 15 digits after the point (13 for a percentage), checked against its bounds on its digits, so
+ *   that "1.0000000000000000001" is more than 1 and refused. Keys:
  *     limit:V                         reserved memory never exceeds V. V is bytes with an optional unit
- *                                     ("8GiB", "512MB", "1073741824"), or a fraction of the device's total
- *                                     memory ("0.9" or "90%"). Default: the device's total memory.
+ *                                     ("8GiB", "512MB", "1073741824", as tide_parse_size reads them), or a
+ *                                     fraction of the device's total memory ("0.9" or "90%"). Default: the
+ *                                     device's total memory.
  *     garbage_collection_threshold:F  0 < F < 1: when reserving a segment would take reserved memory above
  *                                     F x limit, release the oldest wholly free cached segments first.
  *                                     Default: off.
@@ -310,9 +315,13 @@ TIDE_API const tide_config_key *tide_config_key_at(size_t index);
 TIDE_API tide_status tide_config_check(const char *config, const char *origin);
 
 /* Parses a size as the configuration takes it: bytes with an optional unit, B, K/KiB, M/MiB, G/GiB,
- * T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000): "8GiB", "1.5MiB", "512MB", "4096". It
- * must be a whole number of bytes below 2^64, with nothing else in the text (no sign, no space before
- * it, no exponent). TIDE_EINVAL with a message otherwise, and *out is left alone. */
+ * T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000): "8GiB", "1.5MiB", "512MB", "4096". The
+ * number is digits with at most one '.' (no sign, no exponent, no space before it; a space may come
+ * before the unit), and it is computed exactly, never through a double: every whole number from 0 to
+ * 2^64 - 1 is itself ("9007199254740993"), and a decimal with a unit is taken where the product is a
+ * whole number of bytes ("4.1GB" is 4100000000, "1.5GiB" 1610612736). Anything else is TIDE_EINVAL
+ * with a message saying why ("0.3B": "it is 0.3 bytes, not a whole number"; past 2^64 - 1; an unknown
+ * unit), and *out is left alone. */
 TIDE_API tide_status tide_parse_size(const char *text, uint64_t *out);
 
 /* Synchronizes the device, releases every segment to the backend, and frees the allocator. Returns

@@ -97,8 +97,9 @@ tide_status config_load(struct tide_config *c, const char *text, const char *ori
 /* Applies "key:value,..." on top of *c. origin names the string in messages ("TIDEPOOL_CONF"). On
  * error, *c is unchanged. */
 tide_status config_parse(struct tide_config *c, const char *text, const char *origin);
-/* Parses "8GiB", "512MB", "4096"; false if malformed. */
-bool parse_size(const char *text, size_t len, uint64_t *out);
+/* Parses "8GiB", "512MB", "1.5MiB", "4096" exactly (tide_parse_size). False if it is not a whole number
+ * of bytes below 2^64, with why (if not NULL) saying so in words; *out is then untouched. */
+bool parse_size(const char *text, size_t len, uint64_t *out, char *why, size_t whycap);
 
 /* ---- backend/cuda.c ---------------------------------------------------------------------------- */
 /* The other CUDA devices that can access device's memory (at most cap), or -1 without a driver. */

@@ -45,6 +45,21 @@ printf '{"a.all.current": 0x10}' > "$work/hex.json"
 expect 2 "expected ',' or '}' after the value" "$tool" stats "$work/hex.json"
 printf '{"a.all.current": 1,,"b.all.current": 2}' > "$work/commas.json"
 expect 2 "expected a \"key\"" "$tool" stats "$work/commas.json"
+# Statistics are read as whole numbers, exactly (a double would print 2^53 + 1 as ...992), from -2^63
+# to 2^64 - 1, and nothing else.
+printf '{"num_ooms": 9007199254740993, "num_device_free": 18446744073709551615, "num_fence_errors": -9223372036854775808}' > "$work/exact.json"
+expect 0 "9007199254740993" "$tool" stats "$work/exact.json"
+expect 0 "18446744073709551615" "$tool" stats "$work/exact.json"
+expect 0 "-9223372036854775808" "$tool" stats "$work/exact.json"
+for v in 18446744073709551616 -9223372036854775809 1.5 1e3 1.0 -0.0; do
+    printf '{"num_ooms": %s}' "$v" > "$work/inexact.json"
+    expect 2 "is not a number a statistic can have" "$tool" stats "$work/inexact.json"
+done
+# The options' numbers go through the library's parser: whole numbers of any length, exactly.
+expect 2 "--device-memory takes a size like 80GiB, not '0.3B'" "$tool" replay --device-memory 0.3B "$trace"
+expect 2 "--device-memory takes a size like 80GiB, not '18446744073709551616'" "$tool" replay --device-memory 18446744073709551616 "$trace"
+expect 2 "--passes takes a number from 1 to 100000, not '1KiB'" "$tool" replay --passes 1KiB "$trace"
+expect 2 "--passes takes a number from 1 to 100000, not '0000000000000000000000100001'" "$tool" replay --passes 0000000000000000000000100001 "$trace"
 # Two megabytes of white space before the statistic: the whole file is read, not its first megabyte.
 { printf '{'; head -c 2097152 /dev/zero | tr '\0' ' '; printf '"reserved_bytes.all.current": 1048576}'; } > "$work/large.json"
 expect 0 "reserved_bytes" "$tool" stats "$work/large.json"

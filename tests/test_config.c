@@ -97,16 +97,135 @@ static void test_bad_strings(void)
     }
 }
 
-static void test_sizes(void)
+/* Sizes are computed exactly from their digits: every whole number below 2^64, and a decimal with a
+ * unit wherever the product is a whole number of bytes; anything else is refused, saying why. */
+static void test_sizes_are_exact(void)
 {
-    uint64_t v;
-    CHECK(parse_size("1KiB", 4, &v) && v == 1024);
-    CHECK(parse_size("1.5MiB", 6, &v) && v == 1572864);
-    CHECK(parse_size("2GB", 3, &v) && v == 2000000000);
-    CHECK(parse_size("7", 1, &v) && v == 7);
-    CHECK(!parse_size("0.3B", 4, &v)); /* not a whole number of bytes */
-    CHECK(!parse_size("GiB", 3, &v));
-    CHECK(!parse_size("1 XB", 4, &v));
+    static const struct {
+        const char *text;
+        uint64_t bytes;      /* when words is NULL */
+        const char *words;   /* in the message of a refusal */
+    } cases[] = {
+        {"7", 7, NULL},
+        {"1KiB", 1024, NULL},
+        {"1.5MiB", 1572864, NULL},
+        {"2GB", 2000000000, NULL},
+        {"4.1GB", 4100000000u, NULL},                     /* 4.1 x 1e9 is no double's product */
+        {"1.5GiB", 1610612736, NULL},
+        {"0.1KB", 100, NULL},
+        {"1 KiB", 1024, NULL},
+        {"0", 0, NULL},
+        {"000000000000000000000000000042", 42, NULL},
+        {"9007199254740993", 9007199254740993u, NULL},   /* 2^53 + 1: a double says ...992 */
+        {"18000000000000000001", 18000000000000000001u, NULL},
+        {"18446744073709551615", UINT64_MAX, NULL},
+        {"18446744073709551615B", UINT64_MAX, NULL},
+        {"16777215.9999999999990905052982270717620849609375TiB", UINT64_MAX, NULL}, /* 38 places */
+        {"0.0000000000009094947017729282379150390625TiB", 1, NULL},                /* 2^-40 TiB */
+        {"18446744073709551616", 0, "more than 2^64 - 1"},
+        {"17179869184GiB", 0, "more than 2^64 - 1"},
+        {"99999999999999999999999", 0, "more than 2^64 - 1"},
+        {"1.0000000000000000001", 0, "it is 1.0000000000000000001 bytes, not a whole number"},
+        {"0.3B", 0, "it is 0.3 bytes, not a whole number"},
+        {"1.0000001KiB", 0, "it is 1024.0001024 bytes, not a whole number"},
+        {"0.0001KB", 0, "it is 0.1 bytes"},
+        {"0.00000000000090949470177292823791503906251TiB", 0, "more than 40 digits after the point"},
+        {"1e3", 0, "'e3' is not a unit"},
+        {"1 XB", 0, "'XB' is not a unit"},
+        {"0x10", 0, "'x10' is not a unit"},
+        {"GiB", 0, "expected a whole number of bytes"},
+        {"-1", 0, "expected a whole number of bytes"},
+        {" 1", 0, "expected a whole number of bytes"},
+        {"1.2.3", 0, "expected a whole number of bytes"},
+        {".", 0, "expected a whole number of bytes"},
+        {"", 0, "expected a whole number of bytes"},
+        {"inf", 0, "expected a whole number of bytes"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint64_t v = 12345;
+        tide_status s = tide_parse_size(cases[i].text, &v);
+        if (!cases[i].words) {
+            if (s != TIDE_OK || v != cases[i].bytes) {
+                fprintf(stderr, "tide_parse_size(\"%s\"): %s, %llu (expected %llu): %s\n", cases[i].text,
+                        tide_status_name(s), (unsigned long long)v, (unsigned long long)cases[i].bytes,
+                        tide_last_error());
+                harness_failures++;
+            }
+            continue;
+        }
+        CHECK_STATUS(s, TIDE_EINVAL);
+        CHECK(v == 12345); /* left alone */
+        if (!strstr(tide_last_error(), cases[i].words)) {
+            fprintf(stderr, "tide_parse_size(\"%s\"): '%s' lacks '%s'\n", cases[i].text, tide_last_error(),
+                    cases[i].words);
+            harness_failures++;
+        }
+    }
+    /* The configuration reads sizes with the same parser. */
+    struct tide_config c = parsed("limit:18446744073709551615", TIDE_OK);
+    CHECK(c.limit_bytes == SIZE_MAX && c.limit_fraction == 0);
+    c = parsed("limit:4.1GB", TIDE_OK);
+    CHECK(c.limit_bytes == 4100000000u);
+    c = parsed("limit:9007199254740993", TIDE_OK);
+    CHECK(c.limit_bytes == 9007199254740993u);
+    parsed("limit:0.3B", TIDE_EINVAL);
+    CHECK_MESSAGE("it is 0.3 bytes, not a whole number");
+    parsed("limit:18446744073709551616", TIDE_EINVAL);
+    CHECK_MESSAGE("more than 2^64 - 1");
+}
+
+/* Fractions are checked against their bounds on their digits, and have at most 15 places, so the double
+ * they become lies on the same side of every bound. */
+static void test_fractions_are_exact(void)
+{
+    struct tide_config c = parsed("limit:100%", TIDE_OK);
+    CHECK(c.limit_fraction == 1.0);
+    c = parsed("limit:0.5%", TIDE_OK);
+    CHECK(c.limit_fraction == 0.005);
+    c = parsed("limit:99.9999999999999%", TIDE_OK);
+    CHECK(c.limit_fraction < 1.0);
+    c = parsed("limit:1.000", TIDE_OK);
+    CHECK(c.limit_fraction == 1.0);
+    c = parsed("limit:.25", TIDE_OK);
+    CHECK(c.limit_fraction == 0.25);
+    c = parsed("garbage_collection_threshold:0.999999999999999", TIDE_OK);
+    CHECK(c.gc_threshold < 1.0);
+    c = parsed("garbage_collection_threshold:0.000000000000001", TIDE_OK);
+    CHECK(c.gc_threshold > 0);
+    static const struct {
+        const char *text, *words;
+    } bad[] = {
+        {"limit:1.0000000000000000001", "it is more than 1"},   /* a double says 1 */
+        {"limit:100.0000000000001%", "it is more than 100%"},
+        {"limit:0.0", "it is 0"},
+        {"limit:0%", "it is 0"},
+        {"limit:0.0000000000000001", "more than 15 digits after the point"},
+        {"limit:99.99999999999999%", "more than 13 digits after the point"},
+        {"garbage_collection_threshold:0.99999999999999999999", "more than 15 digits"}, /* a double: 1 */
+        {"garbage_collection_threshold:1", "it is 1"},
+        {"garbage_collection_threshold:1.0", "it is 1"},
+        {"garbage_collection_threshold:1e-5", "no exponent"},
+        {"garbage_collection_threshold:-0.5", "no sign"},
+        {"garbage_collection_threshold:0x1p-1", "not a decimal"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        parsed(bad[i].text, TIDE_EINVAL);
+        CHECK_MESSAGE(bad[i].words);
+    }
+}
+
+/* Whole-number keys: digits only, exactly, any number of them. */
+static void test_whole_numbers(void)
+{
+    struct tide_config c = parsed("debug:000000000000000000000000000002", TIDE_OK);
+    CHECK(c.debug == 2);
+    c = parsed("max_split_size_mb:8796093022207", TIDE_OK); /* 2^43 - 1: the most that fits in bytes */
+    CHECK(c.max_split_size == (size_t)8796093022207 * MIB);
+    parsed("max_split_size_mb:8796093022208", TIDE_EINVAL);
+    parsed("max_split_size_mb:64.0", TIDE_EINVAL);
+    parsed("max_split_size_mb:18446744073709551615", TIDE_EINVAL);
+    parsed("debug:1.0", TIDE_EINVAL);
+    parsed("debug:18446744073709551618", TIDE_EINVAL);
 }
 
 static void test_environment_and_api_together(void)
@@ -152,7 +271,9 @@ int main(void)
 {
     RUN(test_good_strings);
     RUN(test_bad_strings);
-    RUN(test_sizes);
+    RUN(test_sizes_are_exact);
+    RUN(test_fractions_are_exact);
+    RUN(test_whole_numbers);
     RUN(test_environment_and_api_together);
     return HARNESS_EXIT();
 }

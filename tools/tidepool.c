@@ -62,20 +62,13 @@ static void usage(FILE *f)
           f);
 }
 
-/* A whole number written in decimal digits alone (no sign, no space, no exponent) that fits 64 bits. */
+/* A whole number written in decimal digits alone (no sign, no space, no unit, no point) that fits 64
+ * bits: the library's size parser reads it, so that every number the command takes is read one way. */
 static int parse_count(const char *s, unsigned long long *out)
 {
-    unsigned long long v = 0;
-    if (!*s)
+    uint64_t v;
+    if (!*s || strspn(s, "0123456789") != strlen(s) || tide_parse_size(s, &v) != TIDE_OK)
         return -1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9')
-            return -1;
-        unsigned d = (unsigned)(*s - '0');
-        if (v > (ULLONG_MAX - d) / 10)
-            return -1;
-        v = v * 10 + d;
-    }
     *out = v;
     return 0;
 }
@@ -577,7 +570,8 @@ static int cmd_replay(int argc, char **argv, bool plot)
 
 struct stat_entry {
     char key[96];
-    double value;
+    bool negative;      /* the value is -magnitude: a statistic is an int64_t or a uint64_t */
+    uint64_t magnitude;
 };
 
 static void skip_space(const char **p)
@@ -586,13 +580,14 @@ static void skip_space(const char **p)
         (*p)++;
 }
 
-/* A JSON number (RFC 8259: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?) at *p, finite and within
- * what a statistic can be (an int64_t or a uint64_t); *p moves past it. */
-static bool json_number(const char **p, double *out)
+/* A JSON integer (RFC 8259: -?(0|[1-9][0-9]*), with no fraction or exponent after it) at *p, within
+ * what a statistic can be (an int64_t or a uint64_t), read exactly; *p moves past it. */
+static bool json_integer(const char **p, struct stat_entry *e)
 {
-    const char *s = *p, *q = s;
-    if (*q == '-')
-        q++;
+    const char *q = *p;
+    bool negative = *q == '-';
+    q += negative;
+    const char *digits = q;
     if (*q == '0')
         q++;
     else if (*q >= '1' && *q <= '9')
@@ -600,30 +595,18 @@ static bool json_number(const char **p, double *out)
             q++;
     else
         return false;
-    if (*q == '.') {
-        if (!(*++q >= '0' && *q <= '9'))
-            return false;
-        while (*q >= '0' && *q <= '9')
-            q++;
-    }
-    if (*q == 'e' || *q == 'E') {
-        q++;
-        if (*q == '+' || *q == '-')
-            q++;
-        if (!(*q >= '0' && *q <= '9'))
-            return false;
-        while (*q >= '0' && *q <= '9')
-            q++;
-    }
-    char buf[64];
-    if ((size_t)(q - s) >= sizeof buf)
+    if (*q == '.' || *q == 'e' || *q == 'E') /* no statistic has a fraction, and 1e3 is written 1000 */
         return false;
-    memcpy(buf, s, (size_t)(q - s));
-    buf[q - s] = '\0';
-    double v = strtod(buf, NULL);
-    if (!(v >= -9223372036854775808.0 && v < 18446744073709551616.0)) /* NaN fails too */
+    char buf[24];
+    uint64_t v;
+    if ((size_t)(q - digits) >= sizeof buf)
         return false;
-    *out = v;
+    memcpy(buf, digits, (size_t)(q - digits));
+    buf[q - digits] = '\0';
+    if (tide_parse_size(buf, &v) != TIDE_OK || (negative && v > (uint64_t)1 << 63))
+        return false;
+    e->negative = negative && v != 0;
+    e->magnitude = v;
     *p = q;
     return true;
 }
@@ -670,9 +653,10 @@ static int read_flat_json(const char *text, struct stat_entry *out, int cap, cha
         }
         p++;
         skip_space(&p);
-        if (!json_number(&p, &out[n].value)) {
+        if (!json_integer(&p, &out[n])) {
             snprintf(err, errcap, "at byte %ld: the value of \"%.64s\" is not a number a statistic can have "
-                     "(a finite JSON number within 64 bits)", (long)(p - text), out[n].key);
+                     "(a whole number from -2^63 to 2^64 - 1, with no fraction or exponent)", (long)(p - text),
+                     out[n].key);
             return -1;
         }
         n++;
@@ -734,13 +718,14 @@ static char *read_whole_file(const char *path, size_t max, char *err, size_t err
     return NULL;
 }
 
-static void format_stat(char *buf, const char *name, double v)
+static void format_stat(char *buf, const char *name, const struct stat_entry *e)
 {
     char b[32];
+    const char *sign = e->negative ? "-" : "";
     if (strstr(name, "bytes"))
-        snprintf(buf, 32, "%s", human_bytes((uint64_t)(v < 0 ? 0 : v), b));
+        snprintf(buf, 32, "%s%s", sign, human_bytes(e->magnitude, b));
     else
-        snprintf(buf, 32, "%.0f", v);
+        snprintf(buf, 32, "%s%llu", sign, (unsigned long long)e->magnitude);
 }
 
 static int cmd_stats(int argc, char **argv)
@@ -785,7 +770,7 @@ static int cmd_stats(int argc, char **argv)
                 snprintf(want, sizeof want, "%s.%s.%s", name, pools[pool], peak ? "peak" : "current");
                 for (int j = 0; j < n; j++)
                     if (!strcmp(st[j].key, want)) {
-                        format_stat(cell, name, st[j].value);
+                        format_stat(cell, name, &st[j]);
                         shown[j] = true;
                     }
                 printf(" %12s", cell);
@@ -797,7 +782,7 @@ static int cmd_stats(int argc, char **argv)
         if (shown[i])
             continue;
         char cell[32];
-        format_stat(cell, st[i].key, st[i].value);
+        format_stat(cell, st[i].key, &st[i]);
         printf("%-40s %s\n", st[i].key, cell);
     }
     return 0;
