@@ -5,8 +5,9 @@
  * of arguments. The operations are every public call a user makes (malloc, free, record_stream, retain,
  * release, empty_cache, trim, limits, config strings, stats, a private pool's allocations, graph
  * captures, checkpoints of the pool and restores to them) and every invalid call (foreign and interior
- * pointers, double frees, a release without a retain, sizes of 0 and beyond the device), plus device
- * faults injected into the next backend call. After every operation:
+ * pointers, double frees, a release without a retain, sizes of 0 and beyond the device, checkpoints
+ * forged from the input's bytes), plus device faults injected into the next backend call. After every
+ * operation:
  *   - tide_check must pass;
  *   - an invalid call must fail with the documented status and leave the statistics byte-identical;
  *   - a new block must not overlap a live block or a freed block the device still uses.
@@ -145,6 +146,7 @@ struct world {
     tide_pool_block checkpoint[MAX_BLOCKS];
     size_t ncheckpoint;
     bool have_checkpoint;
+    size_t guard; /* bytes of canary before each block: 512 under guard:True */
     const uint8_t *in;
     size_t len, pos;
 };
@@ -579,18 +581,19 @@ static int stream_index(const struct world *w, tide_stream stream)
     return 0;
 }
 
-/* After tide_pool_restore, whatever it returned: the pool holds a prefix of the checkpoint (all of it
- * on success), nothing else; the program's view follows, each restored block stamped anew. */
-static void after_restore(struct world *w, tide_status s)
+/* After tide_pool_restore to cp[0..ncp), whatever it returned: the pool holds a prefix of the
+ * checkpoint (all of it on success), nothing else; the program's view follows, each restored block
+ * stamped anew. */
+static void after_restore(struct world *w, tide_status s, const tide_pool_block *cp, size_t ncp)
 {
     tide_pool_block now[MAX_BLOCKS];
     size_t n = 0;
     if (tide_pool_blocks(w->t, w->pool, now, MAX_BLOCKS, &n) != TIDE_OK)
         die("tide_pool_blocks failed", tide_last_error());
-    if (n > w->ncheckpoint || (s == TIDE_OK && n != w->ncheckpoint))
+    if (n > ncp || (s == TIDE_OK && n != ncp))
         die("tide_pool_restore left blocks in the pool that the checkpoint does not have", NULL);
     for (size_t i = 0; i < n; i++)
-        if (!same_block(&now[i], &w->checkpoint[i]))
+        if (!same_block(&now[i], &cp[i]))
             die("tide_pool_restore left the pool's blocks unlike the checkpoint", NULL);
     for (int i = 0; i < w->nblocks; i++)
         if (w->blocks[i].in_pool)
@@ -601,6 +604,142 @@ static void after_restore(struct world *w, tide_status s)
                            .live = true, .in_pool = true};
         check_no_overlap(w, &nb);
         track(w, nb, (unsigned)stream_index(w, nb.stream));
+    }
+}
+
+/* A field of a forged checkpoint block: the real value, near it (on or off a 512-byte boundary),
+ * small, near 2^64, or what makes real plus it wrap past 2^64 to a little. */
+static size_t forged_value(struct world *w, size_t real)
+{
+    size_t how = byte(w), a = byte(w);
+    switch (how % 8) {
+    case 0: return real;
+    case 1: return real + a * 512;
+    case 2: return real - a * 512;
+    case 3: return real + a % 32 * 8 - 128;
+    case 4: return a * 512 + (how >> 7) * 8;
+    case 5: return SIZE_MAX - a * 256;
+    case 6: return (size_t)0 - real + a * 512;
+    default: return how & 8 ? 0 : real * (a % 4 + 1);
+    }
+}
+
+/* Could tide_pool_blocks have reported cp[0..n) on this allocator? What the harness knows of the
+ * layout (the pool's segments aside, which tide_pool_of and tide_segment_of confirm afterwards). */
+static bool plausible_checkpoint(const struct world *w, const tide_pool_block *cp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const tide_pool_block *c = &cp[i];
+        if (c->ptr < w->guard || (c->ptr - w->guard) % 512 || c->size % 512 || c->size < 512 + 2 * w->guard ||
+            c->size > UINTPTR_MAX - (c->ptr - w->guard) || c->requested == 0 ||
+            c->requested > c->size - 2 * w->guard)
+            return false;
+        if (i && cp[i - 1].ptr - w->guard + cp[i - 1].size > c->ptr - w->guard)
+            return false;
+    }
+    return true;
+}
+
+/* A checkpoint forged from the input's bytes, each field of each block possibly hostile, modelled on the
+ * pool's blocks now, on the last checkpoint, or on a whole segment of the pool. Refused, it must change
+ * nothing (the statistics and the pool's blocks); accepted, it must be one the pool could have reported
+ * (tide_check passes after every operation), and the pool then holds exactly it. */
+static void op_forged_restore(struct world *w)
+{
+    static uint8_t foreign[4096];
+    tide_pool_block now[MAX_BLOCKS], forged[4];
+    size_t nnow = 0;
+    if (tide_pool_blocks(w->t, w->pool, now, MAX_BLOCKS, &nnow) != TIDE_OK)
+        die("tide_pool_blocks failed", tide_last_error());
+    unsigned shape = byte(w);
+    size_t n = 1 + shape % 4;
+    for (size_t i = 0; i < n; i++) {
+        unsigned from = byte(w), fields = byte(w);
+        tide_pool_block model = {.ptr = (uintptr_t)foreign + 512 + w->guard, .size = 512 + 2 * w->guard,
+                                 .requested = 1, .stream = 0};
+        if (from % 3 == 0 && nnow)
+            model = now[(from / 3) % nnow];
+        else if (from % 3 == 1 && w->have_checkpoint && w->ncheckpoint)
+            model = w->checkpoint[(from / 3) % w->ncheckpoint];
+        else if (nnow) { /* the whole segment of one of the pool's blocks */
+            model = now[(from / 3) % nnow];
+            uintptr_t base;
+            size_t size;
+            if (tide_segment_of(w->t, (void *)model.ptr, &base, &size) != TIDE_OK)
+                die("tide_segment_of a pool block failed", tide_last_error());
+            model.ptr = base + w->guard;
+            model.size = size;
+        }
+        forged[i] = model;
+        if (fields & 1)
+            forged[i].ptr = forged_value(w, model.ptr);
+        if (fields & 2)
+            forged[i].size = forged_value(w, model.size);
+        if (fields & 4)
+            forged[i].requested = forged_value(w, model.requested);
+        if (fields & 8)
+            forged[i].stream = fields & 16 ? w->streams[byte(w) % STREAMS] : forged_value(w, model.stream);
+    }
+    /* A count far past the blocks given: refused before any block past the fourth is read
+     * (AddressSanitizer would see the read). */
+    size_t count = (shape & 0xF0) == 0xF0 ? SIZE_MAX - (shape & 0x0F) : n;
+    if (!w->pool_live || w->captures) {
+        EXPECT_REJECTED(w, tide_pool_restore(w->t, w->pool, forged, count),
+                        w->pool_live ? TIDE_EBUSY : TIDE_EINVAL);
+        return;
+    }
+    for (int i = 0; i < w->nblocks; i++)
+        if (w->blocks[i].in_pool && w->blocks[i].host_refs > 0)
+            return; /* memory the program holds a reference to: TIDE_EBUSY, by design */
+    open_all_gates(w); /* an accepted restore may wait for the device */
+    for (int attempt = 0; attempt < 8; attempt++) {
+        unsigned begun = atomic_load(&releases_begun), ended = atomic_load(&releases_ended);
+        tide_stats before = stats_now(w->t);
+        tide_sim_counters c0, c1;
+        tide_sim_get_counters(sim, &c0);
+        tide_status s = tide_pool_restore(w->t, w->pool, forged, count);
+        tide_sim_get_counters(sim, &c1);
+        SAY("forged restore of %zu blocks (0x%lx, %zu bytes for %zu on stream %lu, ...) -> %s\n", count,
+            (unsigned long)forged[0].ptr, forged[0].size, forged[0].requested, (unsigned long)forged[0].stream,
+            tide_status_name(s));
+        if (s != TIDE_EINVAL) {
+            bool faulted = false;
+            for (int op = 0; op < TIDE_SIM_OP_COUNT; op++)
+                faulted |= c1.failures[op] != c0.failures[op];
+            if (s != TIDE_OK && !(faulted && (s == TIDE_EBUSY || s == TIDE_EDEVICE)))
+                die("tide_pool_restore of a forged checkpoint failed unexpectedly", tide_last_error());
+            if (count != n || !plausible_checkpoint(w, forged, n))
+                die("tide_pool_restore accepted a checkpoint the pool could not have reported", NULL);
+            for (size_t i = 0; i < n; i++) {
+                tide_pool_id of = 0;
+                uintptr_t base;
+                size_t size;
+                if (tide_pool_of(w->t, (void *)forged[i].ptr, &of) == TIDE_OK &&
+                    (of != w->pool || tide_segment_of(w->t, (void *)forged[i].ptr, &base, &size) != TIDE_OK ||
+                     forged[i].ptr - w->guard < base ||
+                     forged[i].size > base + size - (forged[i].ptr - w->guard)))
+                    die("tide_pool_restore put a block outside the pool's segments", NULL);
+            }
+            after_restore(w, s, forged, n);
+            return;
+        }
+        tide_stats after = stats_now(w->t);
+        tide_pool_block later[MAX_BLOCKS];
+        size_t nlater = 0;
+        if (tide_pool_blocks(w->t, w->pool, later, MAX_BLOCKS, &nlater) != TIDE_OK)
+            die("tide_pool_blocks failed", tide_last_error());
+        if (begun != ended || atomic_load(&releases_begun) != begun)
+            continue; /* the device changed things meanwhile: ask again */
+        if (memcmp(&before, &after, sizeof before) != 0)
+            die("a refused forged checkpoint changed the statistics", tide_last_error());
+        bool same = nlater == nnow;
+        for (size_t i = 0; same && i < nnow; i++)
+            same = same_block(&now[i], &later[i]);
+        if (!same)
+            die("a refused forged checkpoint changed the pool's blocks", tide_last_error());
+        if (memcmp(c0.calls, c1.calls, sizeof c0.calls) != 0)
+            die("a refused forged checkpoint called the device", tide_last_error());
+        return;
     }
 }
 
@@ -671,7 +810,7 @@ static void op_pool(struct world *w, unsigned what)
             faulted |= after.failures[op] != before.failures[op];
         if (s != TIDE_OK && !(faulted && (s == TIDE_EBUSY || s == TIDE_EDEVICE)))
             die("tide_pool_restore failed unexpectedly", tide_last_error());
-        after_restore(w, s);
+        after_restore(w, s, w->checkpoint, w->ncheckpoint);
         break;
     }
     default: { /* checkpoints that are not the pool's */
@@ -697,6 +836,7 @@ static void op_pool(struct world *w, unsigned what)
             bad[0].requested = bad[0].size + 1;
             EXPECT_REJECTED(w, tide_pool_restore(w->t, w->pool, bad, 1), want);
         }
+        op_forged_restore(w);
         break;
     }
     }
@@ -747,6 +887,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         pthread_cond_init(&w.kernels[i].c, NULL);
     }
     const char *conf = configs[byte(&w) % (sizeof configs / sizeof *configs)];
+    w.guard = strstr(conf, "guard:True") ? 512 : 0;
     if (tide_create(&backend, conf, &w.t) != TIDE_OK)
         die("tide_create failed", tide_last_error());
 

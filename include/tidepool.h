@@ -437,11 +437,16 @@ TIDE_API tide_status tide_pool_blocks(tide_allocator *t, tide_pool_id pool, tide
  * the device if any of them waits for it (a synchronize), and then exactly blocks[0..n) are allocated
  * again, each at its own address, in the state tide_pool_blocks reported (their contents are not
  * touched). blocks must be a list tide_pool_blocks gave for this pool, in its order; n may be 0.
- * The caller makes no other allocation in the pool meanwhile. Refuses, changing nothing, for a block
- * that lies outside the pool's segments, blocks out of order or overlapping, a released pool
- * (TIDE_EINVAL) and during a graph capture (TIDE_EBUSY). If a block's memory is still held once the
- * frees are done (a tide_retain not yet released), the blocks before it stay restored, the rest are
- * not, and TIDE_EBUSY names it. Under guard:True a broken canary found while freeing is reported
+ * The caller makes no other allocation in the pool meanwhile. A checkpoint is checked whole before
+ * anything changes, and refused with TIDE_EINVAL, changing nothing, unless each block could be one
+ * tide_pool_blocks reported: its block (ptr less the 512 guard bytes under guard:True) starts on a
+ * 512-byte boundary, its size is a multiple of 512 and at least 512 more than its two guards, 0 <
+ * requested <= what lies between the guards, it lies wholly inside one segment of the pool's memory
+ * on its stream (no wrap past 2^64), the blocks are in address order without overlap, and n is no
+ * more than the pool's memory could hold. A released pool is refused too (TIDE_EINVAL), and any
+ * restore during a graph capture (TIDE_EBUSY). If a block's memory is still held once the frees are
+ * done (a tide_retain not yet released), the blocks before it stay restored, the rest are not, and
+ * TIDE_EBUSY names it. Under guard:True a broken canary found while freeing is reported
  * (TIDE_ECORRUPT) once the restore is done. */
 TIDE_API tide_status tide_pool_restore(tide_allocator *t, tide_pool_id pool, const tide_pool_block *blocks,
                                        size_t n);

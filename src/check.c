@@ -65,15 +65,26 @@ static void check_peaks(struct checker *c, const struct heap *h, int pool, const
     check_peak(c, h, pool, "pending_free_blocks", s->pending_blocks.cur, s->pending_blocks.peak);
 }
 
-static void check_block(struct checker *c, struct heap *h, struct segment *seg, struct block *b,
+static void check_block(struct checker *c, size_t guard, struct heap *h, struct segment *seg, struct block *b,
                         struct tally *tl)
 {
     unsigned long long a = b->addr;
     if (b->seg != seg)
         problem(c, "block 0x%llx does not point back to its segment 0x%llx", a,
                 (unsigned long long)seg->base);
+    if (b->addr % TIDE_UNIT)
+        problem(c, "block 0x%llx does not start on a %d-byte boundary", a, TIDE_UNIT);
     if (b->size == 0 || b->size % TIDE_UNIT)
         problem(c, "block 0x%llx has size %zu, not a positive multiple of %d", a, b->size, TIDE_UNIT);
+    /* Blocks that tile their segment modulo 2^64 could still wrap around it, one past its end and the
+     * next below its start: each must lie inside it. */
+    if (b->addr < seg->base || b->size > seg->base + seg->size - b->addr)
+        problem(c, "block 0x%llx of %zu bytes does not lie inside its segment 0x%llx of %zu bytes", a,
+                b->size, (unsigned long long)seg->base, seg->size);
+    /* An allocated block holds its two guards and at least one byte between them (a unit, rounded). */
+    if (b->state != BLOCK_FREE && b->size < TIDE_UNIT + 2 * guard)
+        problem(c, "%s block 0x%llx of %zu bytes is smaller than its two guards of %zu bytes and a unit",
+                b->state == BLOCK_ACTIVE ? "ACTIVE" : "PENDING", a, b->size, guard);
     if (b->next && b->next->prev != b)
         problem(c, "block 0x%llx: its next neighbour does not link back to it", a);
     struct block *mapped = ptr_map_get(&h->map, b->addr);
@@ -106,7 +117,7 @@ static void check_block(struct checker *c, struct heap *h, struct segment *seg, 
             problem(c, "ACTIVE block 0x%llx does not know its slot in the pointer map", a);
         if (b->fences || b->needs_sync)
             problem(c, "ACTIVE block 0x%llx has fences or a synchronize owed", a);
-        if (b->requested == 0 || b->requested > b->size)
+        if (b->requested == 0 || b->size < 2 * guard || b->requested > b->size - 2 * guard)
             problem(c, "ACTIVE block 0x%llx of %zu bytes records a request of %zu", a, b->size,
                     b->requested);
         break;
@@ -151,7 +162,7 @@ static void check_segment(struct checker *c, tide_allocator *t, struct heap *h, 
                     (unsigned long long)expect);
             break;
         }
-        check_block(c, h, seg, b, tl);
+        check_block(c, t->guard, h, seg, b, tl);
         if (b->state == BLOCK_FREE && !seg->idle) /* FREE bytes outside wholly free segments */
             tl->inactive_split += (int64_t)b->size;
         expect = b->addr + b->size;
@@ -341,6 +352,13 @@ static int64_t check_heap_counters(struct checker *c, struct heap *h, const stru
         const struct tally *w = p < POOL_KINDS ? &tl[p] : &all;
         int pub = p < POOL_KINDS ? public_pool((enum pool_kind)p) : TIDE_POOL_ALL;
         const struct pool_stats *s = &h->stats.pool[pub];
+        /* Before the walk's sums, which wrap with the counters: what is allocated or pending lies in
+         * reserved memory. */
+        if (s->allocated.cur < 0 || s->pending.cur < 0 || s->reserved.cur < 0 ||
+            (uint64_t)s->allocated.cur + (uint64_t)s->pending.cur > (uint64_t)s->reserved.cur)
+            problem(c, "stream 0x%llx: allocated_bytes.%s (%lld) and pending_free_bytes (%lld) exceed "
+                    "reserved_bytes (%lld)", (unsigned long long)h->stream, pools[pub],
+                    (long long)s->allocated.cur, (long long)s->pending.cur, (long long)s->reserved.cur);
         check_counter(c, h, pub, "reserved_bytes", s->reserved.cur, w->reserved);
         check_counter(c, h, pub, "allocated_bytes", s->allocated.cur, w->allocated);
         check_counter(c, h, pub, "requested_bytes", s->requested.cur, w->requested);

@@ -413,25 +413,78 @@ static struct heap *owning_heap(tide_allocator *t, const struct pool_heaps *ph, 
     return NULL;
 }
 
-/* Refuses a checkpoint that is not one of this pool's: out of order, overlapping, or outside the
- * segments of the pool's heap for its stream. Under the pressure lock. */
+/* What is wrong with block c of a checkpoint on its own, or NULL: each field is one tide_pool_blocks
+ * could have reported on this allocator. A checkpoint is input (a program may build one, or hand on one
+ * from another allocator), and each test here keeps a later computation from wrapping or a split from
+ * leaving a piece that is not whole units. */
+static const char *malformed_block(const tide_allocator *t, const tide_pool_block *c)
+{
+    if (c->ptr < t->guard || (c->ptr - t->guard) % TIDE_UNIT)
+        return t->guard ? "its address is not 512 bytes past a 512-byte boundary, as tide_malloc_pool's are "
+                          "under guard:True"
+                        : "its address is not on a 512-byte boundary, as tide_malloc_pool's are";
+    if (c->size % TIDE_UNIT || c->size < TIDE_UNIT + 2 * t->guard)
+        return t->guard ? "its size is not a multiple of 512 bytes that holds its two guards and a unit "
+                          "(1536 bytes at least)"
+                        : "its size is not a positive multiple of 512 bytes";
+    if (c->size > UINTPTR_MAX - (c->ptr - t->guard))
+        return "it would reach past the end of the address space";
+    if (c->requested == 0 || c->requested > c->size - 2 * t->guard)
+        return "its requested bytes are 0 or more than its size holds";
+    return NULL;
+}
+
+/* The most blocks the pool's memory could hold: a checkpoint with more is not its own, and is refused
+ * before any of its blocks is read. Under the pressure lock. */
+static size_t most_blocks(const tide_allocator *t, const struct pool_heaps *ph)
+{
+    size_t reserved = 0;
+    for (uint32_t i = 0; i < ph->n; i++) {
+        heap_lock(ph->heaps[i]);
+        reserved += (size_t)ph->heaps[i]->stats.pool[TIDE_POOL_ALL].reserved.cur;
+        heap_unlock(ph->heaps[i]);
+    }
+    return reserved / (TIDE_UNIT + 2 * t->guard);
+}
+
+static bool serves_stream(const struct pool_heaps *ph, tide_stream stream)
+{
+    for (uint32_t i = 0; i < ph->n; i++)
+        if (ph->heaps[i]->stream == stream)
+            return true;
+    return false;
+}
+
+/* Refuses, before anything changes, a checkpoint that is not one of this pool's: a block malformed on
+ * its own, on a stream the pool has no memory on, out of order or overlapping the one before it, or not
+ * wholly inside one segment of the pool's heap for its stream; or more blocks than the pool could hold.
+ * Under the pressure lock. */
 static tide_status check_checkpoint(tide_allocator *t, tide_pool_id id, const struct pool_heaps *ph,
                                     const tide_pool_block *blocks, size_t n)
 {
+    size_t most = most_blocks(t, ph);
+    if (n > most)
+        return tide__fail(TIDE_EINVAL, "tide_pool_restore: %zu blocks, more blocks than pool %llu's memory "
+                          "could hold (%zu): not a checkpoint of this pool", n, (unsigned long long)id, most);
     for (size_t i = 0; i < n; i++) {
         const tide_pool_block *c = &blocks[i];
-        uintptr_t start = c->ptr - t->guard;
-        if (c->size == 0 || c->size % TIDE_UNIT || c->requested == 0 ||
-            c->requested > c->size - 2 * t->guard || c->ptr < t->guard)
+        const char *why = malformed_block(t, c);
+        if (why)
             return tide__fail(TIDE_EINVAL, "tide_pool_restore: block %zu (0x%" PRIxPTR ", %zu bytes for %zu "
-                              "requested) is not one tide_pool_blocks reports", i, c->ptr, c->size,
-                              c->requested);
+                              "requested) is not one tide_pool_blocks reports: %s", i, c->ptr, c->size,
+                              c->requested, why);
+        if (!serves_stream(ph, c->stream))
+            return tide__fail(TIDE_EINVAL, "tide_pool_restore: block %zu (0x%" PRIxPTR ") names stream 0x%llx, "
+                              "on which pool %llu has no memory", i, c->ptr, (unsigned long long)c->stream,
+                              (unsigned long long)id);
+        uintptr_t start = c->ptr - t->guard;
+        /* The block before passed every test here, so its end does not wrap. */
         if (i && blocks[i - 1].ptr - t->guard + blocks[i - 1].size > start)
             return tide__fail(TIDE_EINVAL, "tide_pool_restore: block %zu (0x%" PRIxPTR ") is out of order "
                               "or overlaps the one before it", i, c->ptr);
         struct segment *seg;
         struct heap *h = owning_heap(t, ph, start, c->stream, &seg);
-        bool inside = h && start + c->size <= seg->base + seg->size;
+        bool inside = h && c->size <= seg->base + seg->size - start;
         if (h)
             heap_unlock(h);
         if (!inside)
@@ -518,10 +571,12 @@ tide_status tide_pool_restore(tide_allocator *t, tide_pool_id id, const tide_poo
     }
     for (size_t i = 0; i < n && s == TIDE_OK; i++)
         s = restore_block(t, &ph, &blocks[i], i);
-    for (uint32_t i = 0; i < ph.n; i++) {
-        heap_lock(ph.heaps[i]);
-        stats_settle(&ph.heaps[i]->stats);
-        heap_unlock(ph.heaps[i]);
+    /* Every heap, not only the pool's: the synchronize drained PENDING blocks everywhere. With
+     * heap_lock_fast, as pressure.c settles: a parked block elsewhere stays parked. */
+    for (uint32_t i = 0; i < atomic_load(&t->nheaps); i++) {
+        heap_lock_fast(t->heaps[i]);
+        stats_settle(&t->heaps[i]->stats);
+        heap_unlock(t->heaps[i]);
     }
     pthread_mutex_unlock(&t->pressure);
     allocator_debug_check(t, 1, "tide_pool_restore");

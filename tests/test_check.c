@@ -262,6 +262,43 @@ static void test_detects_each_broken_block_field(void)
     scene_close(&s);
 }
 
+/* The states a forged checkpoint once left (tide_pool_restore refuses those now): a block whose size
+ * wraps past 2^64 while the blocks still tile their segment modulo 2^64 and the statistics add up
+ * modulo 2^64, a block smaller than its guards, and statistics beyond what is reserved. */
+static void test_detects_what_a_forged_checkpoint_left(void)
+{
+    struct scene s;
+    scene_open(&s);
+    struct block *c = block_of(&s, s.c), *rest = c->next;
+    struct free_index *fi = heap_free_index(s.h, s.seg->pool);
+    size_t csize = c->size, rsize = rest->size;
+    uintptr_t raddr = rest->addr;
+    /* c ends 512 bytes before it starts, where rest now starts; the counters follow, as they did. */
+    int64_t grown = (int64_t)((size_t)0 - TIDE_UNIT - csize);
+    free_index_remove(fi, rest);
+    c->size = (size_t)0 - TIDE_UNIT;
+    rest->addr = c->addr - TIDE_UNIT;
+    rest->size = s.seg->base + s.seg->size - rest->addr;
+    free_index_insert(fi, rest);
+    s.h->stats.pool[TIDE_POOL_ALL].allocated.cur += grown;
+    s.h->stats.pool[TIDE_POOL_SMALL].allocated.cur += grown;
+    expect_corrupt(&s, "does not lie inside its segment");
+    s.h->stats.pool[TIDE_POOL_ALL].allocated.cur -= grown;
+    s.h->stats.pool[TIDE_POOL_SMALL].allocated.cur -= grown;
+    free_index_remove(fi, rest);
+    c->size = csize;
+    rest->addr = raddr;
+    rest->size = rsize;
+    free_index_insert(fi, rest);
+    CHECK_OK(tide_check(s.f.t));
+    /* As under guard:True with 4096-byte guards: each 4096-byte block is too small for them. */
+    EXPECT_CAUGHT(&s, s.f.t->guard, 4096, "smaller than its two guards of 4096 bytes");
+    struct pool_stats *all = &s.h->stats.pool[TIDE_POOL_ALL];
+    EXPECT_CAUGHT(&s, all->allocated.cur, all->reserved.cur + 512, "exceed reserved_bytes");
+    EXPECT_CAUGHT(&s, all->allocated.cur, INT64_MIN + 4096, "exceed reserved_bytes");
+    scene_close(&s);
+}
+
 /* The segment's own fields, broken one at a time. */
 static void test_detects_each_broken_segment_field(void)
 {
@@ -475,6 +512,7 @@ int main(void)
     RUN(test_detects_segment_missing_from_segment_map);
     RUN(test_detects_idle_flag_out_of_step);
     RUN(test_detects_each_broken_block_field);
+    RUN(test_detects_what_a_forged_checkpoint_left);
     RUN(test_detects_each_broken_segment_field);
     RUN(test_walks_end_on_looping_lists);
     RUN(test_detects_broken_runs);

@@ -449,6 +449,189 @@ static void test_restore_meets_held_memory(void)
     fixture_close(&f);
 }
 
+/* The restore's synchronize drains PENDING blocks everywhere, outside the pool too: every heap's peaks
+ * are brought up to date after it, so tide_check passes (it had found a cached peak below its value on
+ * the stream's own heap). */
+static void test_restore_settles_every_heap(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream side;
+    CHECK_OK(tide_sim_stream_create(f.sim, &side));
+    tide_pool_id pool;
+    CHECK_OK(tide_pool_create(f.t, &pool));
+    void *a, *b, *x;
+    CHECK_OK(tide_malloc_pool(f.t, 4096, 0, pool, &a));
+    tide_pool_block checkpoint[8];
+    size_t n = blocks_of(f.t, pool, checkpoint);
+    CHECK(n == 1);
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &x)); /* outside the pool: PENDING until the side stream is done */
+    CHECK_OK(tide_record_stream(f.t, x, side));
+    CHECK_OK(tide_malloc_pool(f.t, 4096, 0, pool, &b)); /* in it: the restore must wait for the device */
+    CHECK_OK(tide_record_stream(f.t, b, side));
+    CHECK_OK(tide_sim_enqueue(f.sim, side, 20000, NULL, NULL));
+    CHECK_OK(tide_free(f.t, x));
+    CHECK_OK(tide_free(f.t, b));
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 2);
+    CHECK_OK(tide_pool_restore(f.t, pool, checkpoint, n));
+    CHECK(stats_of(f.t).pending_free_blocks[ALL].current == 0);
+    CHECK_OK(tide_check(f.t));
+    CHECK_OK(tide_free(f.t, a));
+    CHECK_OK(tide_pool_release(f.t, pool));
+    fixture_close(&f);
+}
+
+/* A forged checkpoint is refused with TIDE_EINVAL and the words given, changing nothing: the pool's
+ * blocks, the statistics and the device's counters are as they were, and tide_check passes. */
+static void expect_refused(struct fixture *f, tide_pool_id pool, const tide_pool_block *blocks, size_t n,
+                           const char *words, int line)
+{
+    tide_pool_block before[8], after[8];
+    size_t nbefore = blocks_of(f->t, pool, before);
+    tide_stats s0 = stats_of(f->t);
+    tide_sim_counters c0 = counters(f->sim);
+    tide_status s = tide_pool_restore(f->t, pool, blocks, n);
+    if (s != TIDE_EINVAL || !strstr(tide_last_error(), words)) {
+        fprintf(stderr, "%s:%d: a forged checkpoint: %s, \"%s\" (expected TIDE_EINVAL, \"%s\")\n", __FILE__,
+                line, tide_status_name(s), tide_last_error(), words);
+        harness_failures++;
+    }
+    tide_stats s1 = stats_of(f->t);
+    tide_sim_counters c1 = counters(f->sim);
+    CHECK(same_blocks(before, nbefore, after, blocks_of(f->t, pool, after)));
+    CHECK(memcmp(&s0, &s1, sizeof s0) == 0);
+    CHECK(memcmp(&c0, &c1, sizeof c0) == 0);
+    CHECK_OK(tide_check(f->t));
+}
+#define REFUSED(f, pool, blocks, n, words) expect_refused(f, pool, blocks, n, words, __LINE__)
+
+/* Checkpoints are input: every field of every block is checked against the pool's segments before
+ * anything changes (address, size, requested bytes, stream, order, count), with and without guard:True.
+ * Then the pool's own checkpoint still restores. */
+static void test_forged_checkpoints_change_nothing(void)
+{
+    static const char *const confs[] = {"", "guard:True", "expandable_segments:True,guard:True"};
+    for (size_t k = 0; k < sizeof confs / sizeof *confs; k++) {
+        struct fixture f;
+        fixture_open(&f, 0, confs[k]);
+        size_t guard = strstr(confs[k], "guard") ? 512 : 0;
+        tide_stream side, other;
+        CHECK_OK(tide_sim_stream_create(f.sim, &side));
+        CHECK_OK(tide_sim_stream_create(f.sim, &other));
+        tide_pool_id pool;
+        CHECK_OK(tide_pool_create(f.t, &pool));
+        void *a, *hole, *b, *e, *outside;
+        CHECK_OK(tide_malloc_pool(f.t, 1 * MIB, 0, pool, &a));
+        CHECK_OK(tide_malloc_pool(f.t, 8192, 0, pool, &hole));
+        CHECK_OK(tide_malloc_pool(f.t, 65536, 0, pool, &b));
+        CHECK_OK(tide_malloc_pool(f.t, 4096, side, pool, &e));
+        CHECK_OK(tide_malloc(f.t, 4096, other, &outside));
+        CHECK_OK(tide_free(f.t, hole));
+        tide_pool_block cp[8];
+        size_t n = blocks_of(f.t, pool, cp);
+        CHECK(n == 3);
+        if (n != 3) {
+            fixture_close(&f);
+            continue;
+        }
+        size_t at = 0; /* a, the first block on stream 0 */
+        while (at < n && cp[at].ptr != (uintptr_t)a)
+            at++;
+        CHECK(at < n && cp[at].stream == 0);
+        const tide_pool_block base = cp[at < n ? at : 0];
+        uintptr_t seg = 0;
+        size_t seg_size = 0;
+        CHECK_OK(tide_segment_of(f.t, a, &seg, &seg_size));
+        tide_pool_block x[4];
+
+        /* The address. */
+        x[0] = base;
+        x[0].ptr += 8; /* inside the pool's memory, not on a 512-byte boundary */
+        x[0].size -= 512;
+        x[0].requested = 100;
+        REFUSED(&f, pool, x, 1, "512-byte boundary");
+        x[0] = base;
+        x[0].ptr = 0;
+        REFUSED(&f, pool, x, 1, guard ? "512-byte boundary" : "does not lie in pool");
+        x[0] = base;
+        x[0].ptr = UINTPTR_MAX - 1023 + guard; /* the last 1024 bytes of the address space */
+        x[0].size = 1024 + 2 * guard;
+        x[0].requested = 100;
+        REFUSED(&f, pool, x, 1, "end of the address space");
+        x[0] = base;
+        x[0].ptr = (uintptr_t)outside;
+        REFUSED(&f, pool, x, 1, "does not lie in pool");
+        /* The size: a wrap past 2^64 that would end inside the segment, none, odd, too small for the
+         * guards, past the segment's end. */
+        x[0] = base;
+        x[0].size = (size_t)0 - 512;
+        x[0].requested = 100;
+        REFUSED(&f, pool, x, 1, "end of the address space");
+        x[0].size = 0;
+        REFUSED(&f, pool, x, 1, "size");
+        x[0] = base;
+        x[0].size += 1;
+        REFUSED(&f, pool, x, 1, "size");
+        if (guard) {
+            x[0] = base;
+            x[0].size = 512;
+            x[0].requested = 1;
+            REFUSED(&f, pool, x, 1, "size");
+            x[0].size = 2 * guard;
+            REFUSED(&f, pool, x, 1, "size");
+        }
+        x[0] = base;
+        x[0].size = seg + seg_size - (base.ptr - guard) + 512;
+        REFUSED(&f, pool, x, 1, "does not lie in pool");
+        /* The requested bytes: none, more than the block holds between its guards, absurd. */
+        x[0] = base;
+        x[0].requested = 0;
+        REFUSED(&f, pool, x, 1, "requested");
+        x[0].requested = base.size - 2 * guard + 1;
+        REFUSED(&f, pool, x, 1, "requested");
+        x[0].requested = SIZE_MAX;
+        REFUSED(&f, pool, x, 1, "requested");
+        /* The stream: one the pool never used, and one it serves whose memory lies elsewhere. */
+        x[0] = base;
+        x[0].stream = other;
+        REFUSED(&f, pool, x, 1, "stream");
+        x[0].stream = side;
+        REFUSED(&f, pool, x, 1, "does not lie in pool");
+        /* Order and overlap: twice the same block, a block inside the one before it, a good checkpoint
+         * with a forged block after it (refused before any of its blocks is freed). */
+        x[0] = x[1] = base;
+        REFUSED(&f, pool, x, 2, "overlaps");
+        x[1].ptr += 512;
+        x[1].size -= 512;
+        x[1].requested = 100;
+        REFUSED(&f, pool, x, 2, "overlaps");
+        tide_pool_block longer[4];
+        memcpy(longer, cp, 3 * sizeof *cp);
+        longer[3] = cp[2];
+        longer[3].ptr += 8;
+        REFUSED(&f, pool, longer, 4, "block 3");
+        /* The count: more blocks than the pool's memory could hold is refused before any is read. */
+        x[0] = x[1] = x[2] = x[3] = base;
+        REFUSED(&f, pool, x, SIZE_MAX, "more blocks");
+        REFUSED(&f, pool, x, seg_size / 512 + 1 + 64 * 1024, "more blocks");
+
+        /* The pool's own checkpoint, after all that, restores exactly. */
+        tide_pool_block now[8];
+        CHECK_OK(tide_pool_restore(f.t, pool, cp, n));
+        CHECK(same_blocks(cp, n, now, blocks_of(f.t, pool, now)));
+        CHECK_OK(tide_check(f.t));
+        void *fresh;
+        CHECK_OK(tide_malloc_pool(f.t, 1000, 0, pool, &fresh));
+        CHECK((uintptr_t)fresh % 512 == 0);
+        CHECK_OK(tide_free(f.t, fresh));
+        for (size_t i = 0; i < n; i++)
+            CHECK_OK(tide_free(f.t, (void *)cp[i].ptr));
+        CHECK_OK(tide_free(f.t, outside));
+        CHECK_OK(tide_pool_release(f.t, pool));
+        fixture_close(&f);
+    }
+}
+
 /* Pools made and released again and again (a graph captured anew each phase) reuse the heaps of
  * released pools that hold nothing: far more pools than the allocator has heaps. A released pool's
  * heap that still holds a block stays that pool's. */
@@ -512,6 +695,8 @@ int main(void)
     RUN(test_snapshot_names_the_pool);
     RUN(test_checkpoint_and_restore);
     RUN(test_restore_meets_held_memory);
+    RUN(test_restore_settles_every_heap);
+    RUN(test_forged_checkpoints_change_nothing);
     RUN(test_released_pools_lend_their_heaps);
     return HARNESS_EXIT();
 }
