@@ -51,6 +51,7 @@ class Recorder:
         self.step_begins = []
         self.live_at_step_begin = []
         self.warmup_steps = None
+        self.extra = {}           # fields a generator adds to the steps JSON (e.g. its phases)
 
     # ---- what the program does -------------------------------------------------------------------
     def alloc(self, size, stream=0):
@@ -122,6 +123,7 @@ class Recorder:
             "live_at_step_begin": self.live_at_step_begin,
             "peak_live_bytes": self.peak_live_bytes,
         }
+        steps.update(self.extra)
         if extra:
             steps.update(extra)
         with open(steps_path(self.path), "w") as f:
