@@ -359,4 +359,5 @@ def generate(rec, rng, steps):
             router.drift()
             if step + 1 == ACCUM:
                 rec.warmup_done()
+    rec.warmup_done()                        # a run shorter than one accumulation cycle
 
