@@ -39,8 +39,9 @@ Every later shape is one of those.
 from .common import nbytes
 
 FAMILY = "llm_curriculum"
-DESCRIPTION = ("dense LLM training (Llama-2-7B-wide, coarse layers) with a sequence-length curriculum 512->8192 at "
-               "~constant tokens, grad checkpointing and accumulation, fp32 logits + CE, AdamW, periodic save and empty_cache")
+DESCRIPTION = ("dense LLM training (Llama-2-7B-wide, coarse layers) with a sequence-length curriculum 512->8192 "
+               "at ~constant tokens, grad checkpointing and accumulation, fp32 logits + CE, AdamW, "
+               "periodic save and empty_cache")
 DEFAULT_STEPS = 5000
 
 LAYERS = 6

@@ -38,8 +38,6 @@ cycle, through the first optimizer step.
 """
 import math
 
-from .common import nbytes
-
 FAMILY = "moe_training"
 DESCRIPTION = ("MoE training, one expert-parallel rank (32 experts top-2, EP 8, Megatron all-to-all dispatcher): "
                "count-sized permute / all-to-all (comm stream) / per-expert FFN buffers, fp32 AdamW, grad accumulation")

@@ -41,7 +41,8 @@ import math
 
 FAMILY = "rl_rollout_train"
 DESCRIPTION = ("RL post-training (GRPO-like, TRL/OpenRLHF style), Qwen2.5-0.5B-shaped: HF generate rollouts with "
-               "DynamicCache cat per token, ref-model scoring, checkpointed policy training, AdamW, empty_cache between phases")
+               "DynamicCache cat per token, ref-model scoring, checkpointed policy training, AdamW, "
+               "empty_cache between phases")
 DEFAULT_STEPS = 5000
 
 LAYERS = 24
