@@ -11,6 +11,9 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef TIDE_POOL_MALLOC_PAUSE_US
+#include <unistd.h>
+#endif
 
 struct private_pool {
     tide_pool_id id;
@@ -175,7 +178,9 @@ static struct heap *recycle_heap(tide_allocator *t, struct private_pool *p, tide
             continue;
         for (uint32_t k = 0; k < old->nheaps; k++) {
             struct heap *h = old->heaps[k];
-            if (h->stream != stream)
+            /* A tide_malloc_pool that chose h before old was released may still be on its way into
+             * it, with nothing allocated yet: h would take that block to p. */
+            if (h->stream != stream || atomic_load_explicit(&h->pool_mallocs, memory_order_acquire))
                 continue;
             heap_lock(h);
             bool empty = !h->segments && !h->pending_head && !h->parked && h->map.count == 0;
@@ -229,6 +234,11 @@ static tide_status pool_heap(tide_allocator *t, struct private_pool *p, tide_str
     return TIDE_OK;
 }
 
+/* The heap is chosen under heaps_lock and used after it is let go. Meanwhile another thread may release
+ * the pool and a new pool on the same stream ask for a heap (recycle_heap): the chosen heap is counted
+ * in pool_mallocs, under heaps_lock, until the allocation is in it, and a counted heap is not handed on.
+ * A heap lock or heaps_lock held throughout would not do: the first allocation in an empty heap goes
+ * on to pressure_malloc, which takes the pressure lock, ahead of heaps_lock in the lock order. */
 tide_status tide_malloc_pool(tide_allocator *t, size_t size, tide_stream stream, tide_pool_id id, void **out)
 {
     if (id == 0)
@@ -241,21 +251,27 @@ tide_status tide_malloc_pool(tide_allocator *t, size_t size, tide_stream stream,
     struct private_pool *p = NULL;
     struct heap *h = NULL;
     tide_status s = live_pool(t, id, "tide_malloc_pool", &p); /* a released pool takes no allocation */
-    if (s == TIDE_OK)
-        h = heap_of_pool(p, stream);
+    if (s == TIDE_OK && (h = heap_of_pool(p, stream)))
+        atomic_fetch_add_explicit(&h->pool_mallocs, 1, memory_order_relaxed);
     pthread_mutex_unlock(&t->heaps_lock);
     if (s == TIDE_OK && !h) { /* the pool's first use of stream: a heap, under both locks */
         pthread_mutex_lock(&t->pressure);
         pthread_mutex_lock(&t->heaps_lock);
         s = live_pool(t, id, "tide_malloc_pool", &p);
-        if (s == TIDE_OK)
-            s = pool_heap(t, p, stream, &h);
+        if (s == TIDE_OK && (s = pool_heap(t, p, stream, &h)) == TIDE_OK)
+            atomic_fetch_add_explicit(&h->pool_mallocs, 1, memory_order_relaxed);
         pthread_mutex_unlock(&t->heaps_lock);
         pthread_mutex_unlock(&t->pressure);
     }
     if (s != TIDE_OK)
         return s;
-    return allocator_malloc_in_heap(t, h, size, out, __builtin_return_address(0));
+#ifdef TIDE_POOL_MALLOC_PAUSE_US /* a test's build: the moment between choosing the heap and using it, widened */
+    usleep(TIDE_POOL_MALLOC_PAUSE_US);
+#endif
+    s = allocator_malloc_in_heap(t, h, size, out, __builtin_return_address(0));
+    /* The block, if any, is in h's pointer map now: h is not empty, so not handed on, until it is freed. */
+    atomic_fetch_sub_explicit(&h->pool_mallocs, 1, memory_order_release);
+    return s;
 }
 
 tide_status tide_pool_of(tide_allocator *t, void *ptr, tide_pool_id *out)

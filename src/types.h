@@ -266,6 +266,8 @@ struct heap {
     bool keeps_memory;                        /* its pool's use count is above 0: no idle segment or
                                                  free page of it is released (written under the
                                                  pressure lock and read under it) */
+    _Atomic(uint32_t) pool_mallocs;           /* tide_malloc_pool calls that chose this heap and have
+                                                 not returned: it changes pools only at 0 (pool.c) */
     struct free_index free[POOL_KINDS];
     struct ptr_map map;
     struct segment *segments;                 /* all segments, newest first */
