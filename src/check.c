@@ -78,9 +78,11 @@ static void check_block(struct checker *c, size_t guard, struct heap *h, struct 
         problem(c, "block 0x%llx has size %zu, not a positive multiple of %d", a, b->size, TIDE_UNIT);
     /* Blocks that tile their segment modulo 2^64 could still wrap around it, one past its end and the
      * next below its start: each must lie inside it. */
-    if (b->addr < seg->base || b->size > seg->base + seg->size - b->addr)
+    if (b->addr < seg->base || b->size > seg->base + seg->size - b->addr) {
         problem(c, "block 0x%llx of %zu bytes does not lie inside its segment 0x%llx of %zu bytes", a,
                 b->size, (unsigned long long)seg->base, seg->size);
+        return; /* its size, added up with the others, could overflow the walk's sums */
+    }
     /* An allocated block holds its two guards and at least one byte between them (a unit, rounded). */
     if (b->state != BLOCK_FREE && b->size < TIDE_UNIT + 2 * guard)
         problem(c, "%s block 0x%llx of %zu bytes is smaller than its two guards of %zu bytes and a unit",
@@ -354,8 +356,9 @@ static int64_t check_heap_counters(struct checker *c, struct heap *h, const stru
         const struct pool_stats *s = &h->stats.pool[pub];
         /* Before the walk's sums, which wrap with the counters: what is allocated or pending lies in
          * reserved memory. */
-        if (s->allocated.cur < 0 || s->pending.cur < 0 || s->reserved.cur < 0 ||
-            (uint64_t)s->allocated.cur + (uint64_t)s->pending.cur > (uint64_t)s->reserved.cur)
+        bool beyond = s->allocated.cur < 0 || s->pending.cur < 0 || s->reserved.cur < 0 ||
+                      (uint64_t)s->allocated.cur + (uint64_t)s->pending.cur > (uint64_t)s->reserved.cur;
+        if (beyond)
             problem(c, "stream 0x%llx: allocated_bytes.%s (%lld) and pending_free_bytes (%lld) exceed "
                     "reserved_bytes (%lld)", (unsigned long long)h->stream, pools[pub],
                     (long long)s->allocated.cur, (long long)s->pending.cur, (long long)s->reserved.cur);
@@ -369,7 +372,8 @@ static int64_t check_heap_counters(struct checker *c, struct heap *h, const stru
         check_counter(c, h, pub, "allocation", s->allocation.cur, w->allocation);
         check_counter(c, h, pub, "segment", s->segment.cur, w->segment);
         check_counter(c, h, pub, "pending_free_blocks", s->pending_blocks.cur, w->pending_blocks);
-        check_peaks(c, h, pub, s);
+        if (!beyond) /* else active, cached and inactive_split, computed from them, could overflow */
+            check_peaks(c, h, pub, s);
         if (p < POOL_KINDS) {
             all.reserved += w->reserved;
             all.allocated += w->allocated;
