@@ -533,7 +533,9 @@ TIDE_API tide_status tide_get_stats(tide_allocator *t, tide_stats *out);
 TIDE_API tide_status tide_reset_peak_stats(tide_allocator *t);
 
 /* Writes the statistics as one JSON object with PyTorch's flat key names ("allocated_bytes.all.current",
- * "reserved_bytes.large_pool.peak", "num_ooms", ...) into buf, NUL-terminated. *len (if not NULL)
+ * "reserved_bytes.large_pool.peak", "num_ooms", ...) into buf, NUL-terminated. Every value is a
+ * whole number written in its field's own type: the per-pool statistics as int64_t, the counts and
+ * settings (num_*, limit_bytes, ...) as uint64_t, up to 2^64 - 1. *len (if not NULL)
  * receives the length the whole text needs, without the NUL; if that is >= cap, the text was cut and
  * the call returns TIDE_EINVAL, so call again with a larger buffer. buf may be NULL when cap is 0. */
 TIDE_API tide_status tide_stats_json(tide_allocator *t, char *buf, size_t cap, size_t *len);

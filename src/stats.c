@@ -87,18 +87,34 @@ struct json_out {
     bool first;
 };
 
-static void emit(struct json_out *o, const char *key, const char *sub, const char *leaf, long long v)
+/* One "key": value line; the value is already in words, so that an int64_t statistic and a uint64_t
+ * count each print in their own type (a uint64_t through long long printed 2^63 and up as negative). */
+static void emit(struct json_out *o, const char *key, const char *sub, const char *leaf, const char *value)
 {
     char line[160];
     int n;
     if (sub)
-        n = snprintf(line, sizeof line, "%s\n  \"%s.%s.%s\": %lld", o->first ? "" : ",", key, sub, leaf, v);
+        n = snprintf(line, sizeof line, "%s\n  \"%s.%s.%s\": %s", o->first ? "" : ",", key, sub, leaf, value);
     else
-        n = snprintf(line, sizeof line, "%s\n  \"%s\": %lld", o->first ? "" : ",", key, v);
+        n = snprintf(line, sizeof line, "%s\n  \"%s\": %s", o->first ? "" : ",", key, value);
     o->first = false;
     for (int i = 0; i < n; i++, o->len++)
         if (o->len + 1 < o->cap)
             o->buf[o->len] = line[i];
+}
+
+static void emit_signed(struct json_out *o, const char *key, const char *sub, const char *leaf, int64_t v)
+{
+    char value[24];
+    snprintf(value, sizeof value, "%lld", (long long)v);
+    emit(o, key, sub, leaf, value);
+}
+
+static void emit_unsigned(struct json_out *o, const char *key, uint64_t v)
+{
+    char value[24];
+    snprintf(value, sizeof value, "%llu", (unsigned long long)v);
+    emit(o, key, NULL, NULL, value);
 }
 
 size_t stats_to_json(const tide_stats *s, char *buf, size_t cap)
@@ -134,11 +150,11 @@ size_t stats_to_json(const tide_stats *s, char *buf, size_t cap)
     o.len++;
     for (size_t i = 0; i < sizeof stats / sizeof stats[0]; i++)
         for (int k = 0; k < TIDE_POOL_COUNT; k++) {
-            emit(&o, stats[i].name, pools[k], "current", (long long)stats[i].stat[k].current);
-            emit(&o, stats[i].name, pools[k], "peak", (long long)stats[i].stat[k].peak);
+            emit_signed(&o, stats[i].name, pools[k], "current", stats[i].stat[k].current);
+            emit_signed(&o, stats[i].name, pools[k], "peak", stats[i].stat[k].peak);
         }
     for (size_t i = 0; i < sizeof events / sizeof events[0]; i++)
-        emit(&o, events[i].name, NULL, NULL, (long long)events[i].value);
+        emit_unsigned(&o, events[i].name, events[i].value);
     const char *tail = "\n}\n";
     for (const char *c = tail; *c; c++, o.len++)
         if (o.len + 1 < o.cap)

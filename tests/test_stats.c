@@ -4,7 +4,10 @@
  * caller knows, and the JSON carries the same numbers under PyTorch's names.
  */
 #include "harness.h"
+#include "internal.h" /* stats_to_json, for statistics no allocator reaches */
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <time.h>
@@ -136,6 +139,121 @@ static void test_json_has_pytorch_names_and_same_numbers(void)
     free(json);
     CHECK_OK(tide_release(f.t, b));
     CHECK_OK(tide_free(f.t, a));
+    fixture_close(&f);
+}
+
+/* key's value in a JSON text, read strictly as the type its field has: digits alone for a uint64_t
+ * (strtoull would take "-1" as 2^64 - 1), and the whole number up to the next ',' or '\n'. */
+static bool json_u64(const char *json, const char *key, uint64_t *out)
+{
+    char quoted[160];
+    snprintf(quoted, sizeof quoted, "\"%s\": ", key);
+    const char *at = strstr(json, quoted);
+    if (!at || !isdigit((unsigned char)at[strlen(quoted)]))
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(at + strlen(quoted), &end, 10);
+    *out = v;
+    return errno == 0 && (*end == ',' || *end == '\n');
+}
+
+static bool json_i64(const char *json, const char *key, int64_t *out)
+{
+    char quoted[160];
+    snprintf(quoted, sizeof quoted, "\"%s\": ", key);
+    const char *at = strstr(json, quoted);
+    if (!at)
+        return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(at + strlen(quoted), &end, 10);
+    *out = v;
+    return errno == 0 && (*end == ',' || *end == '\n');
+}
+
+/* Every number in the JSON is written in its field's own type, so each extreme comes back as it was:
+ * 0, 2^53 + 1, 2^63 and 2^64 - 1 in the uint64_t fields, INT64_MIN and INT64_MAX in the int64_t
+ * statistics (which no allocator reaches, so the struct is made up here); and through the public calls,
+ * a limit of SIZE_MAX and of 2^63, which tide_set_limit accepts, in tide_stats_json and the snapshot. */
+static void test_json_numbers_are_exact(void)
+{
+    static const uint64_t uextremes[] = {0, ((uint64_t)1 << 53) + 1, (uint64_t)1 << 63, UINT64_MAX};
+    static const int64_t iextremes[] = {INT64_MIN, INT64_MAX, 0, -1};
+    static const char *const pools[TIDE_POOL_COUNT] = {"all", "small_pool", "large_pool"};
+    for (size_t e = 0; e < sizeof uextremes / sizeof uextremes[0]; e++) {
+        tide_stats s;
+        memset(&s, 0, sizeof s);
+        const struct {
+            const char *name;
+            uint64_t *field;
+        } counts[] = {
+            {"num_alloc_retries", &s.num_alloc_retries},       {"num_ooms", &s.num_ooms},
+            {"num_device_alloc", &s.num_device_alloc},         {"num_device_free", &s.num_device_free},
+            {"num_sync_all_streams", &s.num_sync_all_streams}, {"num_pending_drained", &s.num_pending_drained},
+            {"num_gc_released", &s.num_gc_released},           {"num_fence_errors", &s.num_fence_errors},
+            {"limit_bytes", &s.limit_bytes},                   {"gc_threshold_bytes", &s.gc_threshold_bytes},
+            {"device_total_bytes", &s.device_total_bytes},     {"num_streams", &s.num_streams},
+            {"device_call_ns", &s.device_call_ns},
+        };
+        const struct {
+            const char *name;
+            tide_stat *stat;
+        } stats[] = {
+            {"reserved_bytes", s.reserved_bytes},         {"allocated_bytes", s.allocated_bytes},
+            {"requested_bytes", s.requested_bytes},       {"active_bytes", s.active_bytes},
+            {"pending_free_bytes", s.pending_free_bytes}, {"cached_bytes", s.cached_bytes},
+            {"inactive_split_bytes", s.inactive_split_bytes}, {"allocation", s.allocation},
+            {"segment", s.segment},                       {"pending_free_blocks", s.pending_free_blocks},
+        };
+        size_t ncounts = sizeof counts / sizeof counts[0], nstats = sizeof stats / sizeof stats[0];
+        for (size_t i = 0; i < ncounts; i++)
+            *counts[i].field = uextremes[(e + i) % 4];
+        for (size_t i = 0; i < nstats; i++)
+            for (int k = 0; k < TIDE_POOL_COUNT; k++) {
+                stats[i].stat[k].current = iextremes[(e + i + (size_t)k) % 4];
+                stats[i].stat[k].peak = iextremes[(e + i + (size_t)k + 1) % 4];
+            }
+        size_t need = stats_to_json(&s, NULL, 0);
+        char *json = malloc(need + 1);
+        CHECK(json && stats_to_json(&s, json, need + 1) == need && strlen(json) == need);
+        for (size_t i = 0; json && i < ncounts; i++) {
+            uint64_t v = 1;
+            if (!json_u64(json, counts[i].name, &v) || v != *counts[i].field) {
+                fprintf(stderr, "%s: wrote %llu, read back %llu\n", counts[i].name,
+                        (unsigned long long)*counts[i].field, (unsigned long long)v);
+                harness_failures++;
+            }
+        }
+        for (size_t i = 0; json && i < nstats; i++)
+            for (int k = 0; k < TIDE_POOL_COUNT; k++)
+                for (int peak = 0; peak < 2; peak++) {
+                    char key[128];
+                    snprintf(key, sizeof key, "%s.%s.%s", stats[i].name, pools[k], peak ? "peak" : "current");
+                    int64_t want = peak ? stats[i].stat[k].peak : stats[i].stat[k].current, v = 1;
+                    if (!json_i64(json, key, &v) || v != want) {
+                        fprintf(stderr, "%s: wrote %lld, read back %lld\n", key, (long long)want, (long long)v);
+                        harness_failures++;
+                    }
+                }
+        free(json);
+    }
+
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    static const size_t limits[] = {SIZE_MAX, (size_t)1 << 63};
+    for (size_t i = 0; i < 2; i++) {
+        CHECK_OK(tide_set_limit(f.t, limits[i]));
+        char json[8192];
+        uint64_t v = 0;
+        CHECK_OK(tide_stats_json(f.t, json, sizeof json, NULL));
+        CHECK(json_u64(json, "limit_bytes", &v) && v == limits[i]);
+        char *snapshot = NULL;
+        CHECK_OK(tide_snapshot_json(f.t, &snapshot));
+        v = 0;
+        CHECK(snapshot && json_u64(snapshot, "limit_bytes", &v) && v == limits[i]);
+        tide_string_free(snapshot);
+    }
     fixture_close(&f);
 }
 
@@ -452,6 +570,7 @@ int main(void)
     RUN(test_peaks_and_reset);
     RUN(test_versioned_struct);
     RUN(test_json_has_pytorch_names_and_same_numbers);
+    RUN(test_json_numbers_are_exact);
     RUN(test_several_streams_add_up);
     RUN(test_peaks_are_exact_with_one_stream);
     RUN(test_peaks_bound_the_truth_with_two_streams);

@@ -22,7 +22,7 @@ static void usage(FILE *f)
 {
     fputs("usage: tidepool replay [options] FILE...\n"
           "       tidepool plot [options] FILE -o OUT.svg\n"
-          "       tidepool stats STATS.json\n"
+          "       tidepool stats [--bytes] STATS.json\n"
           "       tidepool config\n"
           "       tidepool version\n"
           "\n"
@@ -32,7 +32,8 @@ static void usage(FILE *f)
           "per operation, and what tide_empty_cache gives back.\n"
           "plot: replays one trace with the history on and draws allocated, pending-free and reserved\n"
           "memory over time, with segment reservations and releases marked, as an SVG.\n"
-          "stats: prints a statistics JSON (tide_stats_json, tidepool.torch.memory_stats) as a table.\n"
+          "stats: prints a statistics JSON (tide_stats_json, tidepool.torch.memory_stats) as a table;\n"
+          "every number as read, --bytes: sizes too, in bytes rather than KiB, MiB, GiB or TiB.\n"
           "\n"
           "options (replay and plot):\n"
           "  --conf STR            tidepool config (\"limit:8GiB,max_split_size_mb:256\"); give it\n"
@@ -718,11 +719,11 @@ static char *read_whole_file(const char *path, size_t max, char *err, size_t err
     return NULL;
 }
 
-static void format_stat(char *buf, const char *name, const struct stat_entry *e)
+static void format_stat(char *buf, const char *name, const struct stat_entry *e, bool in_bytes)
 {
     char b[32];
     const char *sign = e->negative ? "-" : "";
-    if (strstr(name, "bytes"))
+    if (strstr(name, "bytes") && !in_bytes)
         snprintf(buf, 32, "%s%s", sign, human_bytes(e->magnitude, b));
     else
         snprintf(buf, 32, "%s%llu", sign, (unsigned long long)e->magnitude);
@@ -730,8 +731,11 @@ static void format_stat(char *buf, const char *name, const struct stat_entry *e)
 
 static int cmd_stats(int argc, char **argv)
 {
+    bool in_bytes = argc == 2 && !strcmp(argv[0], "--bytes");
+    argc -= in_bytes;
+    argv += in_bytes;
     if (argc != 1) {
-        fprintf(stderr, "usage: tidepool stats STATS.json (or a snapshot JSON)\n");
+        fprintf(stderr, "usage: tidepool stats [--bytes] STATS.json (or a snapshot JSON)\n");
         return 2;
     }
     char err[256];
@@ -770,7 +774,7 @@ static int cmd_stats(int argc, char **argv)
                 snprintf(want, sizeof want, "%s.%s.%s", name, pools[pool], peak ? "peak" : "current");
                 for (int j = 0; j < n; j++)
                     if (!strcmp(st[j].key, want)) {
-                        format_stat(cell, name, &st[j]);
+                        format_stat(cell, name, &st[j], in_bytes);
                         shown[j] = true;
                     }
                 printf(" %12s", cell);
@@ -782,7 +786,7 @@ static int cmd_stats(int argc, char **argv)
         if (shown[i])
             continue;
         char cell[32];
-        format_stat(cell, st[i].key, &st[i]);
+        format_stat(cell, st[i].key, &st[i], in_bytes);
         printf("%-40s %s\n", st[i].key, cell);
     }
     return 0;
