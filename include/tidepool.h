@@ -309,10 +309,19 @@ typedef struct tide_config_key {
 } tide_config_key;
 TIDE_API const tide_config_key *tide_config_key_at(size_t index);
 
-/* Checks a configuration string (see CONFIGURATION) without creating anything: TIDE_OK, or
- * TIDE_EINVAL with the message tide_create would give, naming the string as origin (NULL: "config").
- * TIDEPOOL_CONF is not read. */
+/* Checks a configuration string (see CONFIGURATION) without creating anything, with the very
+ * decisions tide_create takes (one function takes them for both): TIDE_OK, or the status and message
+ * tide_create would give, the message beginning with origin (NULL: "config"). TIDEPOOL_CONF is not
+ * read. tide_config_check has no backend, so it takes every decision but those that depend on one:
+ * scrub:True and guard:True need the backend's fill (guard its verify too), expandable_segments:True
+ * its virtual-memory calls and a page size that is a multiple of 2 MiB. A string it accepts is
+ * accepted by tide_create over a backend that has all of these (the simulated device; CUDA where the
+ * driver has virtual memory); one it refuses, tide_create refuses too, with the same words.
+ * tide_config_check_backend takes those decisions as well, for backend, and checks the backend table
+ * as tide_create does: its verdict is tide_create's, short of asking the device for its memory. */
 TIDE_API tide_status tide_config_check(const char *config, const char *origin);
+TIDE_API tide_status tide_config_check_backend(const tide_backend *backend, const char *config,
+                                               const char *origin);
 
 /* Parses a size as the configuration takes it: bytes with an optional unit, B, K/KiB, M/MiB, G/GiB,
  * T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000): "8GiB", "1.5MiB", "512MB", "4096". The

@@ -162,6 +162,12 @@ static size_t limit_from_config(const struct tide_config *c, size_t device_total
     return c->limit_bytes;
 }
 
+tide_status tide_config_check_backend(const tide_backend *backend, const char *config, const char *origin)
+{
+    tide_status s = check_backend(backend);
+    return s == TIDE_OK ? config_check_with(backend, config, origin) : s;
+}
+
 tide_status tide_create(const tide_backend *backend, const char *config, tide_allocator **out)
 {
     if (!out)
@@ -172,30 +178,9 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
         return s;
     const char *name = backend->name ? backend->name : "(unnamed)"; /* a backend need not name itself */
     struct tide_config conf;
-    if ((s = config_load(&conf, config, "tide_create config")) != TIDE_OK)
+    if ((s = config_load(&conf, config, "tide_create config")) != TIDE_OK ||
+        (s = config_accept(&conf, backend, "tide_create")) != TIDE_OK)
         return s;
-
-    bool has_fill = backend->struct_size > offsetof(tide_backend, fill) && backend->fill;
-    bool has_verify = backend->struct_size > offsetof(tide_backend, verify) && backend->verify;
-    if ((conf.scrub || conf.guard) && !has_fill)
-        return tide__fail(TIDE_EUNSUPPORTED, "tide_create: %s needs a backend with a fill function, and "
-                          "the %s backend has none", conf.scrub ? "scrub:True" : "guard:True", name);
-    if (conf.guard && !has_verify)
-        return tide__fail(TIDE_EUNSUPPORTED, "tide_create: guard:True needs a backend with a verify "
-                          "function, and the %s backend has none", name);
-
-    if (conf.peer_access && !conf.expandable_segments)
-        return tide__fail(TIDE_EINVAL, "tide_create: peer_access:True needs expandable_segments:True (peer "
-                          "access to memory from cuMemAlloc is the CUDA runtime's cudaDeviceEnablePeerAccess)");
-    bool has_vm = backend->struct_size > offsetof(tide_backend, unmap) && backend->va_reserve &&
-                  backend->va_release && backend->map && backend->unmap;
-    if (conf.expandable_segments && !has_vm)
-        return tide__fail(TIDE_EUNSUPPORTED, "tide_create: expandable_segments:True needs a backend with "
-                          "virtual memory (va_reserve, va_release, map, unmap), and the %s backend has "
-                          "none", name);
-    if (conf.expandable_segments && (backend->page_size == 0 || backend->page_size % TIDE_SEGMENT_GRANULE))
-        return tide__fail(TIDE_EUNSUPPORTED, "tide_create: expandable_segments:True: the %s backend's "
-                          "page size (%zu bytes) is not a multiple of 2 MiB", name, backend->page_size);
 
     size_t dev_free = 0, dev_total = 0;
     tide__clear_backend_message();

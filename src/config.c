@@ -548,9 +548,46 @@ tide_status tide_parse_size(const char *text, uint64_t *out)
     return TIDE_OK;
 }
 
-tide_status tide_config_check(const char *config, const char *origin)
+tide_status config_accept(const struct tide_config *c, const tide_backend *be, const char *origin)
+{
+    /* First what no backend changes, so that tide_config_check, which has none, refuses exactly these. */
+    if (c->peer_access && !c->expandable_segments)
+        return tide__fail(TIDE_EINVAL, "%s: peer_access:True needs expandable_segments:True (peer access to "
+                          "memory from cuMemAlloc is the CUDA runtime's cudaDeviceEnablePeerAccess)", origin);
+    if (!be)
+        return TIDE_OK;
+    const char *name = be->name ? be->name : "(unnamed)"; /* a backend need not name itself */
+    /* Fields were only ever added at the end of the table: what an older caller's lacks is absent. */
+    bool has_fill = be->struct_size > offsetof(tide_backend, fill) && be->fill;
+    bool has_verify = be->struct_size > offsetof(tide_backend, verify) && be->verify;
+    bool has_vm = be->struct_size > offsetof(tide_backend, unmap) && be->va_reserve && be->va_release &&
+                  be->map && be->unmap;
+    if ((c->scrub || c->guard) && !has_fill)
+        return tide__fail(TIDE_EUNSUPPORTED, "%s: %s needs a backend with a fill function, and the %s "
+                          "backend has none", origin, c->scrub ? "scrub:True" : "guard:True", name);
+    if (c->guard && !has_verify)
+        return tide__fail(TIDE_EUNSUPPORTED, "%s: guard:True needs a backend with a verify function, and "
+                          "the %s backend has none", origin, name);
+    if (c->expandable_segments && !has_vm)
+        return tide__fail(TIDE_EUNSUPPORTED, "%s: expandable_segments:True needs a backend with virtual "
+                          "memory (va_reserve, va_release, map, unmap), and the %s backend has none",
+                          origin, name);
+    if (c->expandable_segments && (be->page_size == 0 || be->page_size % TIDE_SEGMENT_GRANULE))
+        return tide__fail(TIDE_EUNSUPPORTED, "%s: expandable_segments:True: the %s backend's page size "
+                          "(%zu bytes) is not a multiple of 2 MiB", origin, name, be->page_size);
+    return TIDE_OK;
+}
+
+tide_status config_check_with(const tide_backend *be, const char *config, const char *origin)
 {
     struct tide_config c;
     config_defaults(&c);
-    return config_parse(&c, config, origin ? origin : "config");
+    origin = origin ? origin : "config";
+    tide_status s = config_parse(&c, config, origin);
+    return s == TIDE_OK ? config_accept(&c, be, origin) : s;
+}
+
+tide_status tide_config_check(const char *config, const char *origin)
+{
+    return config_check_with(NULL, config, origin);
 }

@@ -25,6 +25,8 @@ tide_status tide_devices_create(const char *config, tide_devices **out)
     /* Check the config now, so a bad one fails here and not at the first allocation. */
     struct tide_config c;
     tide_status s = config_load(&c, config, "config");
+    if (s == TIDE_OK) /* what tide_create decides without a backend (each device's is CUDA's) */
+        s = config_accept(&c, NULL, "config");
     if (s != TIDE_OK)
         return s;
     tide_devices *set = calloc(1, sizeof *set);

@@ -97,6 +97,13 @@ tide_status config_load(struct tide_config *c, const char *text, const char *ori
 /* Applies "key:value,..." on top of *c. origin names the string in messages ("TIDEPOOL_CONF"). On
  * error, *c is unchanged. */
 tide_status config_parse(struct tide_config *c, const char *text, const char *origin);
+/* Whether tide_create takes a parsed configuration over backend be (checked already: check_backend),
+ * before it asks the device anything: keys that need each other, then (be not NULL) keys that need
+ * functions of the backend. The one place these are decided; origin begins the message. */
+tide_status config_accept(const struct tide_config *c, const tide_backend *be, const char *origin);
+/* text on the defaults (not TIDEPOOL_CONF), then config_accept: tide_config_check (be NULL) and
+ * tide_config_check_backend. */
+tide_status config_check_with(const tide_backend *be, const char *text, const char *origin);
 /* Parses "8GiB", "512MB", "1.5MiB", "4096" exactly (tide_parse_size). False if it is not a whole number
  * of bytes below 2^64, with why (if not NULL) saying so in words; *out is then untouched. */
 bool parse_size(const char *text, size_t len, uint64_t *out, char *why, size_t whycap);

@@ -228,6 +228,124 @@ static void test_whole_numbers(void)
     parsed("debug:18446744073709551618", TIDE_EINVAL);
 }
 
+/* The text of a message after its origin ("tide_create config: ", "check: "). */
+static const char *after_origin(const char *message)
+{
+    const char *colon = strstr(message, ": ");
+    return colon ? colon + 2 : message;
+}
+
+/* tide_config_check, tide_config_check_backend and tide_create take the same decisions: for every
+ * documented key and value and a set of bad strings, over backends that lack what some keys need, the
+ * same status and the same words. */
+static void test_check_and_create_agree(void)
+{
+    tide_sim *sim;
+    tide_sim_options o = {sizeof o, GIB, 0, 0};
+    CHECK_OK(tide_sim_create(&o, &sim));
+    tide_backend full = tide_sim_backend(sim);
+    tide_backend no_vm = full, no_fill = full, no_verify = full, odd_pages = full, old_table = full;
+    no_vm.name = "no-vm";
+    no_vm.map = NULL;
+    no_fill.name = "no-fill";
+    no_fill.fill = NULL;
+    no_verify.name = NULL; /* unnamed, as a backend may be */
+    no_verify.verify = NULL;
+    odd_pages.name = "odd-pages";
+    odd_pages.page_size = 3 * MIB;
+    old_table.name = "old-table";
+    old_table.struct_size = (uint32_t)offsetof(tide_backend, fill); /* before fill, verify and VM */
+    const tide_backend *backends[] = {&full, &no_vm, &no_fill, &no_verify, &odd_pages, &old_table};
+
+    /* Every key with each value its documentation names, then strings of several keys and bad ones. */
+    static const char *const values[][6] = {
+        {"limit", "8GiB", "512MB", "1073741824", "0.9", "90%"},
+        {"garbage_collection_threshold", "0.5", "0.999", NULL},
+        {"max_split_size_mb", "21", "256", NULL},
+        {"trim_on_growth", "True", "False", NULL},
+        {"expandable_segments", "True", "False", "true", "1", "0"},
+        {"peer_access", "True", "False", "TRUE", "1", NULL},
+        {"scrub", "True", "False", NULL},
+        {"guard", "True", "False", NULL},
+        {"leak_report", "True", "False", NULL},
+        {"debug", "0", "1", "2", NULL},
+    };
+    static const char *const more[] = {
+        "", "expandable_segments:True,peer_access:True", "peer_access:True,expandable_segments:True",
+        "expandable_segments:True,peer_access:True,expandable_segments:False", "peer_access:0",
+        "scrub:True,guard:True", "guard:True,expandable_segments:True,peer_access:True",
+        "peer_access:True,guard:True", "peer_access:True,scrub:True,limit:1GiB",
+        "limit:18446744073709551615", "limit:4.1GB,garbage_collection_threshold:0.8", "limit:100%",
+        "limit:0.3B", "limit:0", "limit:-1", "limit:1.5", "limit:150%", "limit:1e999",
+        "garbage_collection_threshold:1", "garbage_collection_threshold:0",
+        "garbage_collection_threshold:0.99999999999999999999", "max_split_size_mb:20",
+        "max_split_size_mb:18446744073709551615", "debug:3", "debug:-1", "debug:1.0",
+        "expandable_segments:maybe", "peer_access:yes", "guard:TRUE!", "colour:blue", "limit", ",",
+        "limit:8GiB,", "debug:1,Limit:1GiB", "expandable_segments:True,scrub:True,guard:True,debug:2",
+    };
+    char strings[128][96];
+    size_t n = 0;
+    for (size_t k = 0; k < sizeof values / sizeof values[0]; k++)
+        for (size_t v = 1; v < 6 && values[k][v]; v++)
+            snprintf(strings[n++], sizeof strings[0], "%s:%s", values[k][0], values[k][v]);
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+        snprintf(strings[n++], sizeof strings[0], "%s", more[i]);
+    /* Every key the library lists is among them. */
+    const tide_config_key *key;
+    for (size_t i = 0; (key = tide_config_key_at(i)) != NULL; i++) {
+        bool listed = false;
+        for (size_t k = 0; k < sizeof values / sizeof values[0]; k++)
+            listed = listed || strcmp(values[k][0], key->name) == 0;
+        if (!listed) {
+            fprintf(stderr, "key %s is not in the test's list\n", key->name);
+            harness_failures++;
+        }
+    }
+
+    unsetenv("TIDEPOOL_CONF");
+    size_t refused_by_create = 0, refused_for_backend = 0;
+    for (size_t i = 0; i < n; i++) {
+        char check[1024];
+        tide_status by_check = tide_config_check(strings[i], "check");
+        snprintf(check, sizeof check, "%s", tide_last_error());
+        for (size_t b = 0; b < sizeof backends / sizeof backends[0]; b++) {
+            char created[1024], checked[1024];
+            tide_allocator *t = NULL;
+            tide_status by_create = tide_create(backends[b], strings[i], &t);
+            snprintf(created, sizeof created, "%s", tide_last_error());
+            if (t)
+                CHECK_OK(tide_destroy(t));
+            tide_status by_backend = tide_config_check_backend(backends[b], strings[i], "check");
+            snprintf(checked, sizeof checked, "%s", tide_last_error());
+            refused_by_create += by_create != TIDE_OK;
+            refused_for_backend += by_create != TIDE_OK && by_check == TIDE_OK;
+            /* With the backend: the very verdict. */
+            bool same = by_backend == by_create &&
+                        (by_create == TIDE_OK || strcmp(after_origin(created), after_origin(checked)) == 0);
+            /* Without one: the same wherever the backend has every function; elsewhere a refusal is
+             * tide_create's too, and an acceptance may meet a refusal for the backend's sake only. */
+            bool same_without = b == 0 ? by_check == by_create
+                                       : by_check == TIDE_OK ? by_create == TIDE_OK || by_create == TIDE_EUNSUPPORTED
+                                                             : by_create == by_check;
+            if (by_check != TIDE_OK && by_create != TIDE_OK)
+                same_without = same_without && strcmp(after_origin(created), after_origin(check)) == 0;
+            if (!same || !same_without) {
+                fprintf(stderr, "\"%s\" over %s: tide_create %s (%s), tide_config_check_backend %s (%s), "
+                        "tide_config_check %s (%s)\n", strings[i], backends[b]->name ? backends[b]->name : "?",
+                        tide_status_name(by_create), by_create ? created : "", tide_status_name(by_backend),
+                        by_backend ? checked : "", tide_status_name(by_check), by_check ? check : "");
+                harness_failures++;
+            }
+        }
+    }
+    /* The loop met both verdicts, and refusals for the backend's sake. */
+    CHECK(refused_by_create > 0 && refused_by_create < n * (sizeof backends / sizeof backends[0]));
+    CHECK(refused_for_backend > 0);
+    CHECK_STATUS(tide_config_check_backend(NULL, "", NULL), TIDE_EINVAL);
+    CHECK_MESSAGE("the backend is NULL");
+    tide_sim_destroy(sim);
+}
+
 static void test_environment_and_api_together(void)
 {
     tide_sim *sim;
@@ -274,6 +392,7 @@ int main(void)
     RUN(test_sizes_are_exact);
     RUN(test_fractions_are_exact);
     RUN(test_whole_numbers);
+    RUN(test_check_and_create_agree);
     RUN(test_environment_and_api_together);
     return HARNESS_EXIT();
 }
