@@ -126,7 +126,7 @@ static int decimal_times(const struct decimal *d, uint64_t factor, uint64_t *out
     if (d->too_long)
         return SIZE_NOT_WHOLE;
     /* The product's digits, least significant first: digit x factor + carry stays below 10 x 2^40. */
-    unsigned char p[DECIMAL_DIGITS + 16];
+    unsigned char p[DECIMAL_DIGITS + 16] = {0};
     size_t np = 0;
     uint64_t carry = 0;
     for (size_t i = d->n; i-- > 0;) {
