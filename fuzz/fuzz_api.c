@@ -6,8 +6,9 @@
  * release, empty_cache, trim, limits, config strings, stats, a private pool's allocations, graph
  * captures, checkpoints of the pool and restores to them) and every invalid call (foreign and interior
  * pointers, double frees, a release without a retain, sizes of 0 and beyond the device, checkpoints
- * forged from the input's bytes), plus device faults injected into the next backend call. After every
- * operation:
+ * forged from the input's bytes), plus device faults injected into the next backend call, and a fork:
+ * in the child, every call on the parent's allocator and device must fail at once, and a device and
+ * allocator of its own must work. After every operation:
  *   - tide_check must pass;
  *   - an invalid call must fail with the documented status and leave the statistics byte-identical;
  *   - a new block must not overlap a live block or a freed block the device still uses.
@@ -31,8 +32,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MIB ((size_t)1 << 20)
 #define DEVICE_BYTES (1024 * MIB) /* small, so limits, huge sizes and out-of-memory are reachable */
@@ -505,12 +509,102 @@ static void op_config(struct world *w)
         die("tide_destroy of a fuzzed-config allocator left memory on the device", NULL);
 }
 
+/* ---- fork: the child's side -------------------------------------------------------------------------- */
+
+#define FORK_SECONDS 20 /* a child not done by then hung: a lock held at the fork, a thread it lacks */
+
+static int child_failures;
+#define CHILD_EXPECT(call, expected, words)                                                        \
+    do {                                                                                           \
+        tide_status got_ = (call);                                                                 \
+        if (got_ != (expected) || !strstr(tide_last_error(), (words))) {                           \
+            fprintf(stderr, "fuzz_api: in a forked child, %s returned %s: %s\n", #call,            \
+                    tide_status_name(got_), tide_last_error());                                    \
+            child_failures++;                                                                      \
+        }                                                                                          \
+    } while (0)
+#define CHILD_REFUSED(call) CHILD_EXPECT(call, TIDE_EINVAL, "forked")
+#define CHILD_OK(call) CHILD_EXPECT(call, TIDE_OK, "")
+
+/* In the child: the parent's allocator and device refuse everything at once (kernels may have been
+ * running on the device's threads at the fork, inside tidepool's locks), letting go of them frees
+ * nothing and waits for nothing, and what the child makes itself works. */
+static int forked_child(struct world *w, unsigned choice)
+{
+    const struct block *b = pick_live(w);
+    void *p = NULL;
+    CHILD_REFUSED(tide_malloc(w->t, 1 + choice * 4096, w->streams[choice % STREAMS], &p));
+    if (b) {
+        CHILD_REFUSED(tide_free(w->t, b->p));
+        CHILD_REFUSED(tide_record_stream(w->t, b->p, w->streams[1]));
+        CHILD_REFUSED(tide_retain(w->t, b->p));
+        CHILD_REFUSED(tide_release(w->t, b->p));
+    }
+    if (w->pool)
+        CHILD_REFUSED(tide_malloc_pool(w->t, 4096, 0, w->pool, &p));
+    CHILD_REFUSED(tide_empty_cache(w->t, NULL));
+    CHILD_REFUSED(tide_trim(w->t, 0, NULL));
+    CHILD_REFUSED(tide_check(w->t));
+    tide_stats st = {.struct_size = sizeof st};
+    CHILD_REFUSED(tide_get_stats(w->t, &st));
+    CHILD_REFUSED(tide_sim_synchronize(sim));
+    CHILD_OK(tide_destroy(w->t));
+    tide_sim_destroy(sim);
+
+    tide_sim *mine = NULL;
+    tide_sim_options o = {sizeof o, 64 * MIB, 0, 0};
+    CHILD_OK(tide_sim_create(&o, &mine));
+    if (!mine)
+        return child_failures + 1;
+    tide_backend be = tide_sim_backend(mine);
+    tide_allocator *t = NULL;
+    CHILD_OK(tide_create(&be, choice % 2 ? "expandable_segments:True" : "", &t));
+    if (t) {
+        p = NULL;
+        CHILD_OK(tide_malloc(t, 1 + choice * 4096, 0, &p));
+        CHILD_OK(tide_free(t, p));
+        CHILD_OK(tide_empty_cache(t, NULL));
+        CHILD_OK(tide_destroy(t));
+    }
+    tide_sim_counters c;
+    tide_sim_get_counters(mine, &c);
+    if (c.held_bytes) {
+        fprintf(stderr, "fuzz_api: in a forked child, its own device still holds memory\n");
+        child_failures++;
+    }
+    tide_sim_destroy(mine);
+    return child_failures;
+}
+
+static void op_fork(struct world *w)
+{
+    unsigned choice = byte(w);
+    SAY("fork: the child calls its parent's allocator, then makes its own\n");
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0)
+        return; /* no process to spare: nothing to check */
+    if (pid == 0)
+        _exit(forked_child(w, choice) ? 1 : 0); /* no atexit handlers: they are the parent's */
+    int status = 0;
+    for (int waited_ms = 0; waitpid(pid, &status, WNOHANG) != pid; waited_ms++) {
+        if (waited_ms >= FORK_SECONDS * 1000) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            die("a forked child hung", "a call on its parent's allocator or device did not return");
+        }
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        die("a forked child's calls were not as the manual says (its stderr says which)", NULL);
+}
+
 static void op_invalid(struct world *w)
 {
     unsigned what = byte(w);
     struct block *b = pick_live(w);
     static uint8_t foreign[1024];
-    switch (what % 6) {
+    switch (what % 7) {
     case 0:
         EXPECT_REJECTED(w, tide_free(w->t, foreign + 512), TIDE_EINVAL);
         break;
@@ -539,6 +633,9 @@ static void op_invalid(struct world *w)
     case 4:
         EXPECT_REJECTED(w, tide_record_stream(w->t, foreign, 0), TIDE_EINVAL);
         EXPECT_REJECTED(w, tide_retain(w->t, NULL), TIDE_EINVAL);
+        break;
+    case 6:
+        op_fork(w);
         break;
     default:
         EXPECT_REJECTED(w, tide_malloc(w->t, 0, 0, &(void *){NULL}), TIDE_EINVAL);

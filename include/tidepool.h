@@ -143,6 +143,19 @@
  *   callback there should not call what reserves or releases memory (tide_empty_cache, tide_trim, a
  *   tide_malloc that needs a new segment) nor read the whole allocator (tide_get_stats, tide_check).
  *
+ * FORK
+ *   A child process made by fork() (Python's multiprocessing, PyTorch's DataLoader workers) cannot use
+ *   its parent's device memory: a CUDA context does not survive a fork, and the threads that ran the
+ *   parent's streams or held its locks do not exist in the child. So in a child, every call on an
+ *   allocator, a tide_devices set or a simulated device that its parent (or any ancestor) made fails at
+ *   once with TIDE_EINVAL and a message that says so, without taking a lock or waiting for anything;
+ *   tide_destroy, tide_devices_destroy and tide_sim_destroy of one free nothing and return (TIDE_OK):
+ *   the memory is the parent's, and the child's copy of the bookkeeping goes when the child exits. The
+ *   parent is unaffected. What the child creates itself works as in any process: a simulated device
+ *   and allocators over it, or on a GPU an allocator over the CUDA driver if the parent never used it
+ *   (if it did, the driver refuses the child, and tide_backend_cuda says so in the driver's words). A
+ *   child that calls exec (subprocess) is not concerned.
+ *
  * ERRORS
  *   Every call returns a tide_status. On failure, tide_last_error() returns a message for this thread
  *   that says what went wrong in words a user can act on. Bad input (a pointer tidepool did not allocate,
@@ -337,7 +350,7 @@ TIDE_API tide_status tide_parse_size(const char *text, uint64_t *out);
  * TIDE_EBUSY (after freeing everything anyway) if allocations were still live or blocks still
  * referenced: the message says how many and how large. Returns TIDE_EDEVICE if the device failed to
  * synchronize or to take memory back (the allocator is freed all the same). NULL is allowed and does
- * nothing. */
+ * nothing, and so is an allocator a forked child got from its parent (see FORK). */
 TIDE_API tide_status tide_destroy(tide_allocator *t);
 
 /* Allocates size bytes (1 byte up to the device's total memory) for use on stream. The block is

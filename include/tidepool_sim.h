@@ -37,7 +37,10 @@ typedef struct tide_sim_options {
 /* opts may be NULL for the defaults. */
 TIDE_API tide_status tide_sim_create(const tide_sim_options *opts, tide_sim **out);
 
-/* Waits for all queued work, then frees the device. Memory still reserved is unmapped. */
+/* Waits for all queued work, then frees the device. Memory still reserved is unmapped. In a child
+ * process forked after the device was made, its streams' threads are not there: every call on the
+ * device fails at once (TIDE_EINVAL; tide_sim_inject_fault does nothing), tide_sim_get_counters
+ * reads the counters as the fork left them, and tide_sim_destroy frees nothing (tidepool.h, FORK). */
 TIDE_API void tide_sim_destroy(tide_sim *sim);
 
 /* The backend table of this device, for tide_create. */

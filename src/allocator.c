@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static _Atomic(uint64_t) next_allocator_id = 1;
 
@@ -25,6 +26,21 @@ static HOT_THREAD_LOCAL struct {
     tide_stream stream;
     struct heap *heap;
 } last_heap;
+
+/* The child of a fork has only the thread that forked: its cached heap, if it was the parent's
+ * allocator's, would let tide_malloc and tide_free into that allocator by their fast paths, which do
+ * not check for a fork. Forgotten, their first call in the child takes the slow path, which does. */
+static void forget_last_heap_in_child(void) { last_heap.allocator_id = 0; }
+__attribute__((constructor)) static void watch_forks(void) { pthread_atfork(NULL, NULL, forget_last_heap_in_child); }
+
+tide_status allocator_refuse_forked(const tide_allocator *t, const char *call)
+{
+    return tide__fail(TIDE_EINVAL, "%s: this allocator was made in process %d, and this process (%d) is "
+                      "a child forked from it: a child cannot use its parent's device memory (a GPU "
+                      "context does not survive a fork), and the allocator's locks may have been held "
+                      "by threads that do not exist here. Create a new allocator in the child; "
+                      "tide_destroy of this one frees nothing and returns", call, t->pid, (int)getpid());
+}
 
 /* ---- debug checking ------------------------------------------------------------------------------- */
 
@@ -86,6 +102,8 @@ static struct heap *heap_lookup(tide_allocator *t, tide_stream stream)
 __attribute__((noinline)) static tide_status heap_for_stream_slow(tide_allocator *t, tide_stream stream,
                                                                   struct heap **out)
 {
+    if (allocator_forked(t))
+        return allocator_refuse_forked(t, "tide_malloc");
     struct heap *h = heap_lookup(t, stream);
     if (!h) {
         pthread_mutex_lock(&t->heaps_lock);
@@ -207,6 +225,8 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
     t->limit = limit_from_config(&conf, t->device_total);
     t->gc_threshold = conf.gc_threshold > 0 ? (size_t)((double)t->limit * conf.gc_threshold) : 0;
     t->id = atomic_fetch_add(&next_allocator_id, 1);
+    t->forks = forks_now();
+    t->pid = (int)getpid();
     if ((s = segment_map_init(&t->segmap)) != TIDE_OK) {
         free(t);
         return s;
@@ -222,6 +242,11 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
 tide_status tide_destroy(tide_allocator *t)
 {
     if (!t)
+        return TIDE_OK;
+    /* A child's copy of its parent's allocator: the memory is the parent's, the device's threads and
+     * the threads that held its locks are not here. Its host bookkeeping is left as it is, for the
+     * child's exit to reclaim. */
+    if (allocator_forked(t))
         return TIDE_OK;
     if (t->conf.leak_report) {
         char *report = NULL;
@@ -316,6 +341,8 @@ static const char *diagnose(struct heap *h, uintptr_t addr, const char *verb, ch
 __attribute__((noinline)) static tide_status locate(tide_allocator *t, uintptr_t user, const char *verb,
                                                     struct heap **oh, struct block **ob)
 {
+    if (allocator_forked(t)) /* tide_free's first call in a child comes here (forget_last_heap_in_child) */
+        return allocator_refuse_forked(t, verb);
     char msg[512];
     uintptr_t addr = user - t->guard; /* the block starts before the user's pointer under guard */
     /* The segment map answers without a lock, so a segment released meanwhile can mislead it once;
@@ -487,7 +514,7 @@ static inline __attribute__((always_inline)) tide_status malloc_on_heap(tide_all
 TIDE_NO_CANARY tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out,
                                             void *site)
 {
-    CHECK_ALLOCATOR(t);
+    CHECK_ALLOCATOR_NOT_NULL(t); /* forks: heap_for_stream_slow */
     if (!out)
         return tide__fail(TIDE_EINVAL, "tide_malloc: out is NULL");
     *out = NULL;
@@ -582,7 +609,7 @@ __attribute__((noinline)) static tide_status free_located(tide_allocator *t, voi
 
 tide_status tide_free(tide_allocator *t, void *ptr)
 {
-    CHECK_ALLOCATOR(t);
+    CHECK_ALLOCATOR_NOT_NULL(t); /* forks: locate */
     if (!ptr)
         return TIDE_OK;
     /* Most frees come from the thread that allocated, on the same stream: try that heap first. */
@@ -726,6 +753,8 @@ tide_status tide_snapshot_json(tide_allocator *t, char **out)
 {
     if (!t || !out)
         return tide__fail(TIDE_EINVAL, "tide_snapshot_json: %s is NULL", t ? "out" : "the allocator");
+    if (allocator_forked(t))
+        return allocator_refuse_forked(t, "tide_snapshot_json");
     *out = NULL;
     struct text x = {0};
     allocator_lock_all(t);
@@ -738,6 +767,8 @@ tide_status tide_leak_report(tide_allocator *t, char **out, uint64_t *live)
 {
     if (!t || !out)
         return tide__fail(TIDE_EINVAL, "tide_leak_report: %s is NULL", t ? "out" : "the allocator");
+    if (allocator_forked(t))
+        return allocator_refuse_forked(t, "tide_leak_report");
     *out = NULL;
     struct leak_groups leaks = {0};
     allocator_lock_all(t);

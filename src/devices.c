@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_DEVICES 64
 
@@ -15,7 +16,22 @@ struct tide_devices {
     char *config;
     bool peer_access;                     /* config key peer_access */
     _Atomic(tide_allocator *) per_device[MAX_DEVICES];
+    uint32_t forks;                       /* process_forks when made (see forked) */
+    int pid;
 };
+
+/* Whether set is a child's copy of its parent's (a fork). Then every call fails at once, before it
+ * takes the lock, which a thread of the parent may have held at the fork (refuse_forked). */
+static bool forked(const tide_devices *set) { return TIDE_UNLIKELY(set->forks != forks_now()); }
+
+static tide_status refuse_forked(const tide_devices *set, const char *call)
+{
+    return tide__fail(TIDE_EINVAL, "%s: this set of allocators was made in process %d, and this process "
+                      "(%d) is a child forked from it: a child cannot use its parent's device memory (a "
+                      "CUDA context does not survive a fork). Create a new set in the child; "
+                      "tide_devices_destroy of this one frees nothing and returns", call, set->pid,
+                      (int)getpid());
+}
 
 tide_status tide_devices_create(const char *config, tide_devices **out)
 {
@@ -36,6 +52,8 @@ tide_status tide_devices_create(const char *config, tide_devices **out)
     }
     pthread_mutex_init(&set->lock, NULL);
     set->peer_access = c.peer_access;
+    set->forks = forks_now();
+    set->pid = (int)getpid();
     *out = set;
     return TIDE_OK;
 }
@@ -43,6 +61,8 @@ tide_status tide_devices_create(const char *config, tide_devices **out)
 tide_status tide_devices_destroy(tide_devices *set)
 {
     if (!set)
+        return TIDE_OK;
+    if (forked(set)) /* the parent's: left as it is (see tide_destroy) */
         return TIDE_OK;
     tide_status first = TIDE_OK;
     for (int i = 0; i < MAX_DEVICES; i++) {
@@ -60,6 +80,8 @@ tide_status tide_devices_get(tide_devices *set, int device, tide_allocator **out
 {
     if (!set || !out)
         return tide__fail(TIDE_EINVAL, "tide_devices_get: set or out is NULL");
+    if (forked(set))
+        return refuse_forked(set, "tide_devices_get");
     if (device < 0 || device >= MAX_DEVICES)
         return tide__fail(TIDE_EINVAL, "tide_devices_get: device %d is not between 0 and %d", device,
                           MAX_DEVICES - 1);
@@ -93,7 +115,8 @@ tide_status tide_devices_get(tide_devices *set, int device, tide_allocator **out
 tide_status tide_devices_malloc(tide_devices *set, int device, size_t size, tide_stream stream, void **out)
 {
     tide_allocator *t;
-    tide_status s = tide_devices_get(set, device, &t);
+    tide_status s = set && forked(set) ? refuse_forked(set, "tide_devices_malloc")
+                                       : tide_devices_get(set, device, &t);
     if (s != TIDE_OK) {
         if (out)
             *out = NULL;
@@ -117,6 +140,8 @@ tide_status tide_devices_free(tide_devices *set, int device, void *ptr)
 {
     if (!set)
         return tide__fail(TIDE_EINVAL, "tide_devices_free: set is NULL");
+    if (forked(set))
+        return refuse_forked(set, "tide_devices_free");
     if (!ptr)
         return TIDE_OK;
     tide_allocator *t = NULL;
@@ -133,6 +158,8 @@ tide_status tide_devices_record_stream(tide_devices *set, void *ptr, tide_stream
 {
     if (!set)
         return tide__fail(TIDE_EINVAL, "tide_devices_record_stream: set is NULL");
+    if (forked(set))
+        return refuse_forked(set, "tide_devices_record_stream");
     tide_allocator *t = owner_of(set, ptr);
     if (!t)
         return tide__fail(TIDE_EINVAL, "tide_record_stream of %p, which no device's allocator owns",
@@ -144,6 +171,8 @@ tide_status tide_devices_empty_cache(tide_devices *set)
 {
     if (!set)
         return tide__fail(TIDE_EINVAL, "tide_devices_empty_cache: set is NULL");
+    if (forked(set))
+        return refuse_forked(set, "tide_devices_empty_cache");
     tide_status first = TIDE_OK;
     for (int i = 0; i < MAX_DEVICES; i++) {
         tide_allocator *t = atomic_load_explicit(&set->per_device[i], memory_order_acquire);

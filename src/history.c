@@ -368,8 +368,7 @@ static void history_free(struct history *hist)
 
 tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flags)
 {
-    if (!t)
-        return tide__fail(TIDE_EINVAL, "tide_history_start: the allocator is NULL");
+    CHECK_ALLOCATOR(t);
     if (capacity == 0 || capacity > HISTORY_MAX_CAPACITY)
         return tide__fail(TIDE_EINVAL, "tide_history_start: capacity %zu is not between 1 and %zu events",
                           capacity, HISTORY_MAX_CAPACITY);
@@ -437,8 +436,7 @@ tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flag
 
 tide_status tide_history_stop(tide_allocator *t)
 {
-    if (!t)
-        return tide__fail(TIDE_EINVAL, "tide_history_stop: the allocator is NULL");
+    CHECK_ALLOCATOR(t);
     pthread_mutex_lock(&t->heaps_lock);
     pthread_mutex_lock(&t->history_lock);
     pthread_mutex_lock(&t->history_write_lock);
@@ -458,8 +456,9 @@ tide_status tide_history_stop(tide_allocator *t)
 
 tide_status tide_annotate(tide_allocator *t, const char *text)
 {
-    if (!t || !text)
-        return tide__fail(TIDE_EINVAL, "tide_annotate: %s is NULL", t ? "the text" : "the allocator");
+    CHECK_ALLOCATOR(t);
+    if (!text)
+        return tide__fail(TIDE_EINVAL, "tide_annotate: the text is NULL");
     pthread_mutex_lock(&t->history_write_lock);
     struct history *hist = atomic_load_explicit(&t->history, memory_order_acquire);
     const char *copy = hist ? intern_locked(t, text) : NULL;
@@ -717,9 +716,9 @@ static tide_status read_locked(tide_allocator *t, struct history *hist, tide_eve
 tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, size_t *count,
                               uint64_t *dropped)
 {
-    if (!t || !count || (!out && cap))
-        return tide__fail(TIDE_EINVAL, "tide_history_read: %s is NULL",
-                          !t ? "the allocator" : !count ? "count" : "out");
+    CHECK_ALLOCATOR(t);
+    if (!count || (!out && cap))
+        return tide__fail(TIDE_EINVAL, "tide_history_read: %s is NULL", !count ? "count" : "out");
     pthread_mutex_lock(&t->history_lock);
     tide_status s = read_locked(t, t->histories, out, cap, count, dropped);
     pthread_mutex_unlock(&t->history_lock);
@@ -755,8 +754,9 @@ void describe_code_address(void *addr, char *buf, size_t cap)
 
 tide_status tide_history_json(tide_allocator *t, char **out)
 {
-    if (!t || !out)
-        return tide__fail(TIDE_EINVAL, "tide_history_json: %s is NULL", t ? "out" : "the allocator");
+    CHECK_ALLOCATOR(t);
+    if (!out)
+        return tide__fail(TIDE_EINVAL, "tide_history_json: out is NULL");
     *out = NULL;
     pthread_mutex_lock(&t->history_lock);
     struct history *hist = t->histories;

@@ -32,6 +32,12 @@ void text_json_string(struct text *x, const char *s); /* a quoted, escaped JSON 
 /* Hands the text to the caller (*out), or fails with TIDE_EHOSTMEM. */
 tide_status text_finish(struct text *x, char **out, const char *what);
 static inline size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
+/* Forks between the process that loaded the library and this one: 0 there, one more in each child (a
+ * pthread_atfork handler counts them). An object whose count at its making differs was copied into
+ * this process by a fork: its locks may be held by threads that do not exist here, and its device
+ * memory is its maker's (tidepool.h, FORK). */
+extern _Atomic(uint32_t) process_forks;
+static inline uint32_t forks_now(void) { return atomic_load_explicit(&process_forks, memory_order_relaxed); }
 
 /* ---- error.c ------------------------------------------------------------------------------------- */
 tide_status tide__fail(tide_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -481,11 +487,23 @@ tide_status report_leaks_locked(tide_allocator *t, struct leak_groups *out);
 tide_status report_leak_text(struct leak_groups *leaks, char **out, uint64_t *live);
 
 /* ---- allocator.c --------------------------------------------------------------------------------- */
-/* Every public call's first check. */
-#define CHECK_ALLOCATOR(t)                                                                         \
+/* TIDE_EINVAL for any call on an allocator that a fork copied into this process, saying why (call
+ * names the call). It touches nothing of t but its pid: its locks may have been held at the fork. */
+tide_status allocator_refuse_forked(const tide_allocator *t, const char *call);
+static inline bool allocator_forked(const tide_allocator *t) { return TIDE_UNLIKELY(t->forks != forks_now()); }
+/* Every public call's first check: not NULL, and made in this process. tide_malloc and tide_free check
+ * only for NULL: the fork check sits on their slow paths, where a child's first call always goes (the
+ * fork forgets the thread's cached heap), so that their fast paths pay nothing for it. */
+#define CHECK_ALLOCATOR_NOT_NULL(t)                                                                \
     do {                                                                                           \
         if (!(t))                                                                                  \
             return tide__fail(TIDE_EINVAL, "%s: the allocator is NULL", __func__);                 \
+    } while (0)
+#define CHECK_ALLOCATOR(t)                                                                         \
+    do {                                                                                           \
+        CHECK_ALLOCATOR_NOT_NULL(t);                                                               \
+        if (allocator_forked(t))                                                                   \
+            return allocator_refuse_forked((t), __func__);                                         \
     } while (0)
 /* tide_malloc, naming the call site the history records (the caller outside tidepool). */
 tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out, void *site);

@@ -297,6 +297,9 @@ struct heap {
 struct tide_allocator {
     tide_backend backend;
     uint64_t id;                              /* unique in the process, for thread-local caches */
+    uint32_t forks;                           /* process_forks when made: another count now means a
+                                                 child's copy (CHECK_ALLOCATOR) */
+    int pid;                                  /* the process that made it, for that message */
     struct tide_config conf;
     size_t device_total;
     size_t guard;                             /* bytes of canary before each block (0: guard off); the

@@ -1,9 +1,10 @@
 /*
- * Small utilities every layer uses: the clocks, the heaps' spin lock, byte sizes in words, and the
- * growable text that JSON and reports are written into.
+ * Small utilities every layer uses: the clocks, the heaps' spin lock, the count of forks, byte sizes in
+ * words, and the growable text that JSON and reports are written into.
  */
 #include "internal.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -51,6 +52,18 @@ void spin_lock_wait(spin_lock *l)
         }
     }
 }
+
+/* ---- fork ------------------------------------------------------------------------------------------ */
+
+_Atomic(uint32_t) process_forks;
+
+/* In the child, which has one thread: no lock, nothing but the count, so it cannot deadlock on what the
+ * parent's other threads held at the fork. */
+static void count_fork_in_child(void) { atomic_fetch_add_explicit(&process_forks, 1, memory_order_relaxed); }
+
+/* At load, not at the first tide_create: a pthread_once still under way in another thread at the fork
+ * would never finish in the child. glibc forgets the handler when a dlopen'd library is unloaded. */
+__attribute__((constructor)) static void watch_forks(void) { pthread_atfork(NULL, NULL, count_fork_in_child); }
 
 /* ---- byte sizes -------------------------------------------------------------------------------------- */
 

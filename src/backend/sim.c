@@ -18,6 +18,10 @@
  * Faults can be injected into any backend call (the Nth call fails), and every call is counted, so
  * tests can assert exactly what tidepool asked of the device.
  *
+ * A child process's copy of a device made before a fork has no stream threads: every call on it fails
+ * at once, without a lock (the parent's threads may have held them), but for tide_sim_get_counters,
+ * which reads the counters as the fork left them, and tide_sim_destroy, which leaves the copy alone.
+ *
  * With same_addresses, addresses are the same from run to run: each mapping asks for the lowest free
  * address of a range far from what the C library maps (host_map). Two runs of one sequence of calls,
  * or two builds of tidepool, then hand out the same pointers, and a test can compare them
@@ -34,6 +38,7 @@
 #include <sys/prctl.h>
 #endif
 #include <time.h>
+#include <unistd.h>
 
 struct sim_item {
     tide_sim_work_fn run;
@@ -92,7 +97,20 @@ struct tide_sim {
     uint64_t mapped_pages;
     struct fault_plan faults[TIDE_SIM_OP_COUNT];
     uint64_t calls[TIDE_SIM_OP_COUNT], failures[TIDE_SIM_OP_COUNT];
+    uint32_t forks;                   /* process_forks when made: another count means a child's copy */
+    int pid;
 };
+
+static bool forked(const tide_sim *sim) { return TIDE_UNLIKELY(sim->forks != forks_now()); }
+
+#define FORKED_WORDS "this simulated device was made in process %d, and this process (%d) is a child " \
+    "forked from it: its streams are threads of the parent, which do not exist here, and a child " \
+    "cannot use its parent's device memory. Create a new device in the child (tide_sim_create)"
+
+static tide_status refuse_forked(const tide_sim *sim, const char *call)
+{
+    return tide__fail(TIDE_EINVAL, "%s: " FORKED_WORDS, call, sim->pid, (int)getpid());
+}
 
 /* With same_addresses, where mappings go: the lowest free addresses of [32 TiB, 96 TiB) (above
  * AddressSanitizer's shadow, which ends just past 16 TiB), first fit over the ranges that every such
@@ -107,6 +125,10 @@ static struct claim {
     uintptr_t start, end;
 } *claims;                            /* sorted by address, disjoint */
 static size_t nclaims, claims_cap;
+
+/* A thread of the parent may have held claims_lock at the fork; the child's devices claim afresh. */
+static void reset_claims_in_child(void) { claims_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER; }
+__attribute__((constructor)) static void watch_forks(void) { pthread_atfork(NULL, NULL, reset_claims_in_child); }
 
 /* Claims the lowest free range of `claim` bytes and returns its address, or NULL. */
 static void *address_claim(size_t claim)
@@ -178,9 +200,14 @@ const char *tide_sim_op_name(tide_sim_op op)
     return (unsigned)op < TIDE_SIM_OP_COUNT ? op_names[op] : "(unknown op)";
 }
 
-/* Counts a call and says whether the fault plan makes it fail. */
+/* Counts a call and says whether the fault plan makes it fail. A child's copy of the device fails
+ * every call. */
 static bool injected_fault(tide_sim *sim, tide_sim_op op)
 {
+    if (forked(sim)) {
+        tide_backend_error("sim: %s: " FORKED_WORDS, op_names[op], sim->pid, (int)getpid());
+        return true;
+    }
     pthread_mutex_lock(&sim->lock);
     sim->calls[op]++;
     struct fault_plan *f = &sim->faults[op];
@@ -201,7 +228,7 @@ static bool injected_fault(tide_sim *sim, tide_sim_op op)
 
 void tide_sim_inject_fault(tide_sim *sim, tide_sim_op op, uint32_t skip, uint32_t count)
 {
-    if (!sim || (unsigned)op >= TIDE_SIM_OP_COUNT)
+    if (!sim || (unsigned)op >= TIDE_SIM_OP_COUNT || forked(sim))
         return;
     pthread_mutex_lock(&sim->lock);
     sim->faults[op] = (struct fault_plan){skip, count};
@@ -211,7 +238,9 @@ void tide_sim_inject_fault(tide_sim *sim, tide_sim_op op, uint32_t skip, uint32_
 void tide_sim_get_counters(tide_sim *sim, tide_sim_counters *out)
 {
     memset(out, 0, sizeof *out);
-    pthread_mutex_lock(&sim->lock);
+    bool locked = !forked(sim); /* a child has no other thread to race with, and the lock may be held */
+    if (locked)
+        pthread_mutex_lock(&sim->lock);
     memcpy(out->calls, sim->calls, sizeof out->calls);
     memcpy(out->failures, sim->failures, sizeof out->failures);
     out->held_bytes = sim->held;
@@ -219,7 +248,8 @@ void tide_sim_get_counters(tide_sim *sim, tide_sim_counters *out)
     out->mapped_pages = sim->mapped_pages;
     out->va_ranges = sim->nvranges;
     out->live_fences = sim->live_fences;
-    pthread_mutex_unlock(&sim->lock);
+    if (locked)
+        pthread_mutex_unlock(&sim->lock);
 }
 
 /* ---- streams ------------------------------------------------------------------------------------------ */
@@ -335,6 +365,8 @@ tide_status tide_sim_stream_create(tide_sim *sim, tide_stream *out)
 {
     if (!sim || !out)
         return tide__fail(TIDE_EINVAL, "tide_sim_stream_create: sim or out is NULL");
+    if (forked(sim))
+        return refuse_forked(sim, "tide_sim_stream_create");
     struct sim_stream *s;
     tide_status st = stream_start(sim, &s);
     if (st != TIDE_OK)
@@ -362,6 +394,8 @@ tide_status tide_sim_enqueue(tide_sim *sim, tide_stream stream, uint32_t delay_u
 {
     if (!sim)
         return tide__fail(TIDE_EINVAL, "tide_sim_enqueue: sim is NULL");
+    if (forked(sim))
+        return refuse_forked(sim, "tide_sim_enqueue");
     struct sim_stream *s = stream_of(sim, stream);
     if (!s)
         return tide__fail(TIDE_EINVAL, "tide_sim_enqueue: 0x%llx is not a stream of this device",
@@ -380,6 +414,8 @@ tide_status tide_sim_enqueue(tide_sim *sim, tide_stream stream, uint32_t delay_u
 
 tide_status tide_sim_stream_synchronize(tide_sim *sim, tide_stream stream)
 {
+    if (sim && forked(sim))
+        return refuse_forked(sim, "tide_sim_stream_synchronize");
     struct sim_stream *s = sim ? stream_of(sim, stream) : NULL;
     if (!s)
         return tide__fail(TIDE_EINVAL, "tide_sim_stream_synchronize: 0x%llx is not a stream of this "
@@ -392,6 +428,8 @@ tide_status tide_sim_synchronize(tide_sim *sim)
 {
     if (!sim)
         return tide__fail(TIDE_EINVAL, "tide_sim_synchronize: sim is NULL");
+    if (forked(sim))
+        return refuse_forked(sim, "tide_sim_synchronize");
     /* Without the device's lock while waiting: work may call tidepool, which calls the device. */
     for (uint32_t i = 0;; i++) {
         pthread_mutex_lock(&sim->lock);
@@ -528,7 +566,11 @@ static tide_status sim_fence_query(void *ctx, void *fence)
 
 static tide_status sim_fence_wait(void *ctx, void *fence)
 {
-    (void)ctx;
+    const tide_sim *sim = ctx;
+    if (forked(sim)) {
+        tide_backend_error("sim: fence_wait: " FORKED_WORDS, sim->pid, (int)getpid());
+        return TIDE_EDEVICE;
+    }
     struct sim_fence *f = fence;
     if (f->stream)
         stream_wait_until(f->stream, f->target);
@@ -538,6 +580,8 @@ static tide_status sim_fence_wait(void *ctx, void *fence)
 static void sim_fence_destroy(void *ctx, void *fence)
 {
     tide_sim *sim = ctx;
+    if (forked(sim)) /* the parent's fence, in its bookkeeping: left alone */
+        return;
     free(fence);
     pthread_mutex_lock(&sim->lock);
     sim->live_fences--;
@@ -901,6 +945,8 @@ tide_status tide_sim_create(const tide_sim_options *opts, tide_sim **out)
     sim->queue_depth = o.queue_depth;
     sim->same_addresses = o.same_addresses != 0;
     sim->streams_cap = 4;
+    sim->forks = forks_now();
+    sim->pid = (int)getpid();
     tide_status s = stream_start(sim, &sim->streams[0]);
     if (s != TIDE_OK) {
         free(sim->streams);
@@ -915,7 +961,9 @@ tide_status tide_sim_create(const tide_sim_options *opts, tide_sim **out)
 
 void tide_sim_destroy(tide_sim *sim)
 {
-    if (!sim)
+    /* A child's copy: its threads are the parent's, not here to join, so it is left as it is, for the
+     * child's exit to reclaim. */
+    if (!sim || forked(sim))
         return;
     tide_sim_synchronize(sim);
     for (uint32_t i = 0; i < sim->nstreams; i++)
