@@ -633,7 +633,10 @@ typedef struct tide_event {
 /* The name of an event kind ("alloc", "free_requested", ...). */
 TIDE_API const char *tide_event_kind_name(uint32_t kind);
 
-/* flags. TIDE_HISTORY_STACKS: capture the caller's native stack with each event. TIDE_HISTORY_ORDERED:
+/* flags. TIDE_HISTORY_STACKS: capture the caller's native stack with each event (each call takes it
+ * once, before it takes any lock, so that other threads and readers of the history do not wait on it;
+ * it costs microseconds per call, and tide_malloc and tide_free leave their fast paths meanwhile).
+ * TIDE_HISTORY_ORDERED:
  * number and time every event on its own, so that the events of several streams are in the exact order
  * they happened (the order a trace for replay needs: every free after its allocation, even where a
  * block moves between streams' segments), at the price of an atomic operation and a clock read per

@@ -97,13 +97,22 @@ static struct heap *heap_lookup(tide_allocator *t, tide_stream stream)
     }
 }
 
+void allocator_forget_cached_heaps(tide_allocator *t)
+{
+    atomic_store_explicit(&t->id, atomic_fetch_add(&next_allocator_id, 1), memory_order_release);
+}
+
 /* The table lookup, and the heap's creation on a stream's first use: out of line, so that the fast
- * path below stays small. */
+ * path below stays small. While the allocator records stacks, the heap is not cached: each tide_malloc
+ * comes here, and takes its caller's stack before it takes the heap's lock (history_stack_keep). */
 __attribute__((noinline)) static tide_status heap_for_stream_slow(tide_allocator *t, tide_stream stream,
-                                                                  struct heap **out)
+                                                                  struct heap **out, const void *site)
 {
     if (allocator_forked(t))
         return allocator_refuse_forked(t, "tide_malloc");
+    /* The id before the test for stacks: a history with stacks sets the flag, then a new id, so a heap
+     * cached under the id read here without stacks is forgotten once they start. */
+    uint64_t id = atomic_load_explicit(&t->id, memory_order_acquire);
     struct heap *h = heap_lookup(t, stream);
     if (!h) {
         pthread_mutex_lock(&t->heaps_lock);
@@ -130,20 +139,26 @@ __attribute__((noinline)) static tide_status heap_for_stream_slow(tide_allocator
         }
         pthread_mutex_unlock(&t->heaps_lock);
     }
-    last_heap.allocator_id = t->id;
+    *out = h;
+    if (history_wants_stacks(t)) {
+        history_stack_keep(id, site);
+        return TIDE_OK;
+    }
+    last_heap.allocator_id = id;
     last_heap.stream = stream;
     last_heap.heap = h;
-    *out = h;
     return TIDE_OK;
 }
 
-static inline tide_status heap_for_stream(tide_allocator *t, tide_stream stream, struct heap **out)
+static inline tide_status heap_for_stream(tide_allocator *t, tide_stream stream, struct heap **out,
+                                          const void *site)
 {
-    if (TIDE_LIKELY(last_heap.allocator_id == t->id && last_heap.stream == stream)) {
+    if (TIDE_LIKELY(last_heap.allocator_id == atomic_load_explicit(&t->id, memory_order_relaxed) &&
+                    last_heap.stream == stream)) {
         *out = last_heap.heap;
         return TIDE_OK;
     }
-    return heap_for_stream_slow(t, stream, out);
+    return heap_for_stream_slow(t, stream, out, site);
 }
 
 /* ---- creation --------------------------------------------------------------------------------------- */
@@ -508,6 +523,27 @@ static inline __attribute__((always_inline)) tide_status malloc_on_heap(tide_all
     return b ? TIDE_OK : s;
 }
 
+/* malloc_on_heap's one copy besides tide_malloc's own: a private pool's allocations and those that take
+ * a stack first. */
+__attribute__((noinline)) static tide_status malloc_on_heap_apart(tide_allocator *t, struct heap *h, size_t size,
+                                                                  size_t rounded, enum pool_kind pool, void **out,
+                                                                  void *site)
+{
+    return malloc_on_heap(t, h, size, rounded, pool, out, site);
+}
+
+/* An allocation in a private pool's heap while a history records stacks: the stack is taken before the
+ * heap's lock. */
+__attribute__((noinline)) static tide_status malloc_with_stack(tide_allocator *t, struct heap *h, size_t size,
+                                                               size_t rounded, enum pool_kind pool, void **out,
+                                                               void *site)
+{
+    bool begun = history_stack_begin(t, site);
+    tide_status s = malloc_on_heap_apart(t, h, size, rounded, pool, out, site);
+    history_stack_end(begun);
+    return s;
+}
+
 /* TIDE_NO_CANARY: the addresses it takes of its locals are of a heap pointer, a block pointer and a
  * status, each handed to one of this library's own functions that writes that one object; there is no
  * array on its frame for a canary to guard. */
@@ -523,7 +559,7 @@ TIDE_NO_CANARY tide_status allocator_malloc(tide_allocator *t, size_t size, tide
     size_t rounded = round_up(size, TIDE_UNIT) + 2 * t->guard;
     enum pool_kind pool = pool_for_size(t, rounded);
     struct heap *h;
-    tide_status s = heap_for_stream(t, stream, &h);
+    tide_status s = heap_for_stream(t, stream, &h, site);
     if (s != TIDE_OK)
         return s;
     return malloc_on_heap(t, h, size, rounded, pool, out, site);
@@ -534,7 +570,9 @@ tide_status allocator_malloc_in_heap(tide_allocator *t, struct heap *h, size_t s
     if (size - 1 >= t->device_total)
         return refuse_size(t, size);
     size_t rounded = round_up(size, TIDE_UNIT) + 2 * t->guard;
-    return malloc_on_heap(t, h, size, rounded, pool_for_size(t, rounded), out, site);
+    if (history_wants_stacks(t))
+        return malloc_with_stack(t, h, size, rounded, pool_for_size(t, rounded), out, site);
+    return malloc_on_heap_apart(t, h, size, rounded, pool_for_size(t, rounded), out, site);
 }
 
 tide_status allocator_locate(tide_allocator *t, void *ptr, const char *verb, struct heap **h,
@@ -597,7 +635,7 @@ static inline tide_status free_found(tide_allocator *t, void *ptr, struct heap *
 /* tide_free of a block that is not in this thread's last heap. Out of line, so that the addresses it
  * takes of its locals (locate's results) leave tide_free itself without a stack canary (see
  * TIDE_NO_CANARY in internal.h). */
-__attribute__((noinline)) static tide_status free_located(tide_allocator *t, void *ptr, const void *site)
+static inline tide_status free_at(tide_allocator *t, void *ptr, const void *site)
 {
     struct heap *h;
     struct block *b;
@@ -607,13 +645,30 @@ __attribute__((noinline)) static tide_status free_located(tide_allocator *t, voi
     return free_found(t, ptr, h, b, site);
 }
 
+/* tide_free while a history records stacks: the stack is taken before any lock. (No thread has a cached
+ * heap of the allocator then, so every tide_free comes by free_located.) */
+__attribute__((noinline)) static tide_status free_with_stack(tide_allocator *t, void *ptr, const void *site)
+{
+    bool begun = history_stack_begin(t, site);
+    tide_status s = free_at(t, ptr, site);
+    history_stack_end(begun);
+    return s;
+}
+
+__attribute__((noinline)) static tide_status free_located(tide_allocator *t, void *ptr, const void *site)
+{
+    if (history_wants_stacks(t))
+        return free_with_stack(t, ptr, site);
+    return free_at(t, ptr, site);
+}
+
 tide_status tide_free(tide_allocator *t, void *ptr)
 {
     CHECK_ALLOCATOR_NOT_NULL(t); /* forks: locate */
     if (!ptr)
         return TIDE_OK;
     /* Most frees come from the thread that allocated, on the same stream: try that heap first. */
-    if (TIDE_LIKELY(last_heap.allocator_id == t->id)) {
+    if (TIDE_LIKELY(last_heap.allocator_id == atomic_load_explicit(&t->id, memory_order_relaxed))) {
         struct heap *h = last_heap.heap;
         heap_lock(h);
         struct block *b = ptr_map_get(&h->map, (uintptr_t)ptr - t->guard);
@@ -660,28 +715,34 @@ tide_status tide_release(tide_allocator *t, void *ptr)
     CHECK_ALLOCATOR(t);
     struct heap *h;
     struct block *b;
+    bool begun = history_stack_begin(t, __builtin_return_address(0)); /* the last release frees */
     tide_status s = locate(t, (uintptr_t)ptr, "tide_release", &h, &b);
-    if (s != TIDE_OK)
-        return s;
-    s = lifecycle_release(h, b, ptr);
-    heap_unlock(h);
-    allocator_debug_check(t, 2, "tide_release");
+    if (s == TIDE_OK) {
+        s = lifecycle_release(h, b, ptr);
+        heap_unlock(h);
+        allocator_debug_check(t, 2, "tide_release");
+    }
+    history_stack_end(begun);
     return s;
 }
 
 tide_status tide_empty_cache(tide_allocator *t, tide_release_report *report)
 {
     CHECK_ALLOCATOR(t);
+    bool begun = history_stack_begin(t, __builtin_return_address(0));
     tide_status s = pressure_empty_cache(t, report);
     allocator_debug_check(t, 1, "tide_empty_cache");
+    history_stack_end(begun);
     return s;
 }
 
 tide_status tide_trim(tide_allocator *t, size_t target_bytes, tide_release_report *report)
 {
     CHECK_ALLOCATOR(t);
+    bool begun = history_stack_begin(t, __builtin_return_address(0));
     tide_status s = pressure_trim(t, target_bytes, report);
     allocator_debug_check(t, 1, "tide_trim");
+    history_stack_end(begun);
     return s;
 }
 
@@ -691,8 +752,10 @@ tide_status tide_set_limit(tide_allocator *t, size_t bytes)
     if (bytes == 0)
         return tide__fail(TIDE_EINVAL, "tide_set_limit: a limit of 0 bytes would refuse every "
                           "allocation");
+    bool begun = history_stack_begin(t, __builtin_return_address(0));
     tide_status s = pressure_set_limit(t, bytes);
     allocator_debug_check(t, 1, "tide_set_limit");
+    history_stack_end(begun);
     return s;
 }
 

@@ -146,11 +146,12 @@ static const char *current_tag(tide_allocator *t)
 {
     if (!thread_tag.generation)
         return NULL;
-    if (thread_tag.interned_for != t->id || thread_tag.interned_generation != thread_tag.generation) {
+    uint64_t id = atomic_load_explicit(&t->id, memory_order_relaxed);
+    if (thread_tag.interned_for != id || thread_tag.interned_generation != thread_tag.generation) {
         pthread_mutex_lock(&t->history_write_lock);
         thread_tag.interned = intern_locked(t, thread_tag.text);
         pthread_mutex_unlock(&t->history_write_lock);
-        thread_tag.interned_for = t->id;
+        thread_tag.interned_for = id;
         thread_tag.interned_generation = thread_tag.generation;
     }
     return thread_tag.interned;
@@ -163,13 +164,16 @@ static const char *current_tag(tide_allocator *t)
  * to `site` (the caller of the tidepool call that recorded, which knows it) or, without one, past this
  * function, the recording function and the tidepool call. Apart, so that its frame is paid only when
  * stacks are asked for. Returns the number of frames. */
-__attribute__((noinline)) static uint32_t record_stack(void **frames, const void *site)
+__attribute__((noinline)) static uint32_t take_stack(void **frames, const void *site)
 {
 #if defined(__GLIBC__)
-    void *buf[TIDE_HISTORY_MAX_FRAMES + 8];
-    int n = backtrace(buf, TIDE_HISTORY_MAX_FRAMES + 8);
+    /* Up to INNER frames of tidepool's own (and of whatever wraps backtrace, as sanitizers do) before
+     * the caller's. */
+    enum { INNER = 12 };
+    void *buf[TIDE_HISTORY_MAX_FRAMES + INNER];
+    int n = backtrace(buf, TIDE_HISTORY_MAX_FRAMES + INNER);
     int skip = n > 3 ? 3 : 0;
-    for (int i = 0; site && i < n && i < 8; i++) {
+    for (int i = 0; site && i < n && i < INNER; i++) {
         if (buf[i] == site) {
             skip = i;
             break;
@@ -185,11 +189,95 @@ __attribute__((noinline)) static uint32_t record_stack(void **frames, const void
 #endif
 }
 
+/* The stack a public call took before its locks, in host memory of the thread's own reached through
+ * one thread-local pointer (the library's thread-locals stay a few words: see error.c), made at the
+ * thread's first and freed when it exits. */
+enum { STACK_NONE, STACK_KEPT, STACK_HELD };
+struct taken_stack {
+    int state;                        /* STACK_HELD: by a call under way (history_stack_begin, until
+                                         history_stack_end); STACK_KEPT: by the thread's last
+                                         tide_malloc (history_stack_keep), until its next call that
+                                         takes one: every call that records events does */
+    uint64_t kept_for;                /* STACK_KEPT: the allocator's id then */
+    uint32_t nframes;
+    void *frames[TIDE_HISTORY_MAX_FRAMES];
+};
+static _Thread_local struct taken_stack *taken;
+static pthread_key_t taken_key;
+static pthread_once_t taken_key_once = PTHREAD_ONCE_INIT;
+static bool taken_key_made;
+
+static void taken_free(void *p)
+{
+    free(p);
+    taken = NULL;
+}
+
+static void make_taken_key(void) { taken_key_made = pthread_key_create(&taken_key, taken_free) == 0; }
+
+/* Unloaded with dlclose: the key's destructor would be gone before the threads that took a stack exit. */
+__attribute__((destructor)) static void delete_taken_key(void)
+{
+    if (taken_key_made)
+        pthread_key_delete(taken_key);
+}
+
+/* Takes the stack into the thread's taken_stack, made if need be; false without host memory. */
+static bool take_into_thread(const void *site)
+{
+    if (!taken) {
+        pthread_once(&taken_key_once, make_taken_key);
+        struct taken_stack *t = calloc(1, sizeof *t);
+        if (!t || !taken_key_made || pthread_setspecific(taken_key, t) != 0) {
+            free(t); /* without it the events take their stacks where they are recorded */
+            return false;
+        }
+        taken = t;
+    }
+    taken->nframes = take_stack(taken->frames, site);
+    return true;
+}
+
+bool history_stack_take(const void *site)
+{
+    if (taken && taken->state == STACK_HELD) /* a call inside a call: the outer one's stack */
+        return false;
+    if (!take_into_thread(site))
+        return false;
+    taken->state = STACK_HELD;
+    return true;
+}
+
+void history_stack_drop(void) { taken->state = STACK_NONE; }
+
+void history_stack_keep(uint64_t id, const void *site)
+{
+    if (taken && taken->state == STACK_HELD)
+        return;
+    if (take_into_thread(site)) {
+        taken->state = STACK_KEPT;
+        taken->kept_for = id;
+    }
+}
+
+/* An event's stack: the one its call took before its locks, or else taken now. A kept stack serves
+ * only its allocator while its id stands: a tide_malloc that passed its cached heap just before a
+ * history with stacks began (and its new id) takes its own. */
+static uint32_t record_stack(const tide_allocator *t, void **frames, const void *site)
+{
+    if (taken && (taken->state == STACK_HELD ||
+                  (taken->state == STACK_KEPT && taken->kept_for == atomic_load_explicit(&t->id, memory_order_relaxed)))) {
+        memcpy(frames, taken->frames, taken->nframes * sizeof *frames);
+        return taken->nframes;
+    }
+    return take_stack(frames, site);
+}
+
 /* ---- the shared ring: events outside any heap's lock ------------------------------------------------- */
 
 /* Under history_write_lock. */
-static void record_shared(struct history *hist, uint32_t kind, tide_stream stream, uint64_t addr,
-                          uint64_t size, const char *tag)
+static void record_shared(const tide_allocator *t, struct history *hist, uint32_t kind, tide_stream stream,
+                          uint64_t addr, uint64_t size, const char *tag)
 {
     size_t index = (size_t)hist->shared_next++ & hist->shared_mask;
     struct slot *slot = &hist->slots[index];
@@ -200,7 +288,7 @@ static void record_shared(struct history *hist, uint32_t kind, tide_stream strea
     slot->stream = stream;
     slot->kind = kind;
     slot->tag = tag;
-    slot->nframes = hist->slot_frames ? record_stack(&hist->slot_frames[index * TIDE_HISTORY_MAX_FRAMES], NULL) : 0;
+    slot->nframes = hist->slot_frames ? record_stack(t, &hist->slot_frames[index * TIDE_HISTORY_MAX_FRAMES], NULL) : 0;
 }
 
 void history_record(tide_allocator *t, uint32_t kind, tide_stream stream, uint64_t addr, uint64_t size)
@@ -208,7 +296,7 @@ void history_record(tide_allocator *t, uint32_t kind, tide_stream stream, uint64
     pthread_mutex_lock(&t->history_write_lock);
     struct history *hist = atomic_load_explicit(&t->history, memory_order_acquire);
     if (hist) /* (it may have stopped since the caller looked) */
-        record_shared(hist, kind, stream, addr, size, NULL);
+        record_shared(t, hist, kind, stream, addr, size, NULL);
     pthread_mutex_unlock(&t->history_write_lock);
 }
 
@@ -330,7 +418,7 @@ __attribute__((noinline)) void history_heap_slow(struct heap *h, uint32_t kind, 
         }
     }
     if (r->frames)
-        r->nframes[index] = (uint8_t)record_stack(&r->frames[index * TIDE_HISTORY_MAX_FRAMES], site);
+        r->nframes[index] = (uint8_t)record_stack(h->owner, &r->frames[index * TIDE_HISTORY_MAX_FRAMES], site);
     e->addr_kind = addr | kind | flags;
     e->size = size;
     if (e + 1 == r->chunk_end) { /* the chunk's last event: its time */
@@ -405,6 +493,13 @@ tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flag
         }
         atomic_store_explicit(&hist->rings[i], r, memory_order_relaxed);
     }
+    /* With stacks, every thread's tide_malloc and tide_free must take the slow paths, where the stack
+     * is taken before the heap's lock: the flag first, then the new id (heap_for_stream_slow), and both
+     * before any heap records into the new rings. */
+    bool stacks = (flags & TIDE_HISTORY_STACKS) != 0;
+    atomic_store_explicit(&t->history_stacks, stacks, memory_order_release);
+    if (stacks)
+        allocator_forget_cached_heaps(t);
     /* Under heaps_lock no heap is made meanwhile; under history_lock no one reads the old history
      * while it is freed; under history_write_lock no shared event is written to it. */
     pthread_mutex_lock(&t->heaps_lock);
@@ -442,6 +537,7 @@ tide_status tide_history_stop(tide_allocator *t)
     pthread_mutex_lock(&t->history_write_lock);
     atomic_store_explicit(&t->history, NULL, memory_order_release);
     pthread_mutex_unlock(&t->history_write_lock);
+    atomic_store_explicit(&t->history_stacks, false, memory_order_relaxed);
     uint32_t n = atomic_load(&t->nheaps);
     for (uint32_t i = 0; i < n; i++) {
         struct heap *h = t->heaps[i];
@@ -459,12 +555,14 @@ tide_status tide_annotate(tide_allocator *t, const char *text)
     CHECK_ALLOCATOR(t);
     if (!text)
         return tide__fail(TIDE_EINVAL, "tide_annotate: the text is NULL");
+    bool begun = history_stack_begin(t, __builtin_return_address(0));
     pthread_mutex_lock(&t->history_write_lock);
     struct history *hist = atomic_load_explicit(&t->history, memory_order_acquire);
     const char *copy = hist ? intern_locked(t, text) : NULL;
     if (copy)
-        record_shared(hist, TIDE_EVENT_ANNOTATION, 0, 0, 0, copy);
+        record_shared(t, hist, TIDE_EVENT_ANNOTATION, 0, 0, 0, copy);
     pthread_mutex_unlock(&t->history_write_lock);
+    history_stack_end(begun);
     if (!hist)
         return tide__fail(TIDE_EINVAL, "tide_annotate: no history is on (tide_history_start)");
     if (!copy)
@@ -752,6 +850,70 @@ void describe_code_address(void *addr, char *buf, size_t cap)
     snprintf(buf, cap, "%p", addr);
 }
 
+/* The JSON names of code addresses, each made once: a history's frames repeat a few call sites, and
+ * dladdr searches a library's symbols at every call (a third of the writer's time on 98,304 events
+ * of stacks, before). */
+struct frame_names {
+    void **addr;                      /* open addressing; NULL: a free slot */
+    size_t *at;                       /* where the address's quoted name begins in text */
+    size_t cap, n;
+    struct text text;                 /* the names, each ending in a NUL */
+};
+
+static size_t name_slot(const void *addr, size_t cap)
+{
+    return (size_t)(((uint64_t)(uintptr_t)addr * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
+}
+
+static bool names_grow(struct frame_names *m)
+{
+    size_t cap = m->cap ? 2 * m->cap : 256;
+    void **addr = calloc(cap, sizeof *addr);
+    size_t *at = malloc(cap * sizeof *at);
+    if (!addr || !at) {
+        free(addr);
+        free(at);
+        return false;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+        if (!m->addr[i])
+            continue;
+        size_t j = name_slot(m->addr[i], cap);
+        while (addr[j])
+            j = (j + 1) & (cap - 1);
+        addr[j] = m->addr[i];
+        at[j] = m->at[i];
+    }
+    free(m->addr);
+    free(m->at);
+    m->addr = addr;
+    m->at = at;
+    m->cap = cap;
+    return true;
+}
+
+/* addr's name as a quoted JSON string, valid until the next call; NULL without host memory. */
+static const char *frame_name(struct frame_names *m, void *addr)
+{
+    if (!addr || m->text.failed || (2 * (m->n + 1) > m->cap && !names_grow(m)))
+        return NULL;
+    size_t i = name_slot(addr, m->cap);
+    for (; m->addr[i]; i = (i + 1) & (m->cap - 1))
+        if (m->addr[i] == addr)
+            return m->text.p + m->at[i];
+    char where[256];
+    describe_code_address(addr, where, sizeof where);
+    size_t at = m->text.len;
+    text_json_string(&m->text, where);
+    text_printf(&m->text, "%c", '\0');
+    if (m->text.failed)
+        return NULL;
+    m->addr[i] = addr;
+    m->at[i] = at;
+    m->n++;
+    return m->text.p + at;
+}
+
 tide_status tide_history_json(tide_allocator *t, char **out)
 {
     CHECK_ALLOCATOR(t);
@@ -772,6 +934,7 @@ tide_status tide_history_json(tide_allocator *t, char **out)
         return s;
     }
     struct text x = {0};
+    struct frame_names names = {0};
     /* "ordered": whether several streams' events are in their exact order (TIDE_HISTORY_ORDERED). */
     text_printf(&x, "{\"dropped\": %llu, \"ordered\": %s, \"events\": [", (unsigned long long)dropped,
                 ordered ? "true" : "false");
@@ -784,14 +947,22 @@ tide_status tide_history_json(tide_allocator *t, char **out)
         text_json_string(&x, e->tag);
         text_printf(&x, ", \"frames\": [");
         for (uint32_t f = 0; f < e->nframes; f++) {
-            char where[256];
-            describe_code_address(e->frames[f], where, sizeof where);
             text_printf(&x, "%s", f ? ", " : "");
-            text_json_string(&x, where);
+            const char *name = frame_name(&names, e->frames[f]);
+            if (name) {
+                text_printf(&x, "%s", name);
+            } else {
+                char where[256];
+                describe_code_address(e->frames[f], where, sizeof where);
+                text_json_string(&x, where);
+            }
         }
         text_printf(&x, "]}");
     }
     text_printf(&x, "\n]}\n");
     free(events);
+    free(names.addr);
+    free(names.at);
+    free(names.text.p);
     return text_finish(&x, out, "tide_history_json");
 }

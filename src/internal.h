@@ -611,6 +611,32 @@ static inline void history_heap_alloc(struct heap *h, struct block *b, size_t si
             history_heap_put(h, h->history_next, TIDE_EVENT_ALLOC, b->addr, size, site);
     }
 }
+/* With TIDE_HISTORY_STACKS, a public call takes its caller's stack before it takes any lock
+ * (backtrace() takes microseconds; under a heap's spin lock it starved every other thread of the
+ * lock), and every event the call records gets that stack. history_stack_begin takes it if t records
+ * stacks and no call of this thread holds one already, and says whether it did; history_stack_end with
+ * that answer lets it go. tide_malloc, whose fast path must not grow, keeps its stack instead
+ * (history_stack_keep, on its slow path, with the allocator's id) until the thread's next call takes
+ * one. An event recorded with no stack taken takes one where it is recorded. */
+bool history_stack_take(const void *site);
+void history_stack_drop(void);
+void history_stack_keep(uint64_t id, const void *site);
+static inline bool history_wants_stacks(const tide_allocator *t)
+{
+    return TIDE_UNLIKELY(atomic_load_explicit(&t->history_stacks, memory_order_relaxed));
+}
+static inline bool history_stack_begin(const tide_allocator *t, const void *site)
+{
+    return history_wants_stacks(t) && history_stack_take(site);
+}
+static inline void history_stack_end(bool begun)
+{
+    if (begun)
+        history_stack_drop();
+}
+/* A new id for t: every thread's cached heap of t is forgotten, so that their tide_malloc and tide_free
+ * take the slow paths, where the stack is taken before the lock (allocator.c). */
+void allocator_forget_cached_heaps(tide_allocator *t);
 /* Under t->heaps_lock, for a heap just created: it records into the history that is on, if any. */
 void history_heap_created(tide_allocator *t, struct heap *h);
 void history_destroy_all(tide_allocator *t);

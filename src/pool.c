@@ -537,11 +537,21 @@ static tide_status restore_block(tide_allocator *t, const struct pool_heaps *ph,
     return t->guard ? allocator_write_guards(t, h, b) : TIDE_OK;
 }
 
+static tide_status pool_restore(tide_allocator *t, tide_pool_id id, const tide_pool_block *blocks, size_t n);
+
 tide_status tide_pool_restore(tide_allocator *t, tide_pool_id id, const tide_pool_block *blocks, size_t n)
 {
     CHECK_ALLOCATOR(t);
     if (n && !blocks)
         return tide__fail(TIDE_EINVAL, "tide_pool_restore: blocks is NULL");
+    bool begun = history_stack_begin(t, __builtin_return_address(0)); /* its frees' and allocations' */
+    tide_status s = pool_restore(t, id, blocks, n);
+    history_stack_end(begun);
+    return s;
+}
+
+static tide_status pool_restore(tide_allocator *t, tide_pool_id id, const tide_pool_block *blocks, size_t n)
+{
     /* The pressure lock: no capture begins, nothing is released and no heap changes pools until the
      * pool is back. */
     pthread_mutex_lock(&t->pressure);
@@ -616,10 +626,12 @@ tide_status tide_capture_begin(tide_allocator *t)
 tide_status tide_capture_end(tide_allocator *t)
 {
     CHECK_ALLOCATOR(t);
+    bool begun = history_stack_begin(t, __builtin_return_address(0)); /* frees completed at the end */
     pthread_mutex_lock(&t->pressure);
     uint32_t n = atomic_load(&t->captures);
     if (n == 0) {
         pthread_mutex_unlock(&t->pressure);
+        history_stack_end(begun);
         return tide__fail(TIDE_EINVAL, "tide_capture_end without a matching tide_capture_begin");
     }
     atomic_store(&t->captures, n - 1);
@@ -633,6 +645,7 @@ tide_status tide_capture_end(tide_allocator *t)
         }
     }
     pthread_mutex_unlock(&t->pressure);
+    history_stack_end(begun);
     return TIDE_OK;
 }
 

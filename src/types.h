@@ -296,7 +296,9 @@ struct heap {
 /* ---- the allocator (allocator.c) ---------------------------------------------------------------------- */
 struct tide_allocator {
     tide_backend backend;
-    uint64_t id;                              /* unique in the process, for thread-local caches */
+    _Atomic(uint64_t) id;                     /* unique in the process, for thread-local caches: a new
+                                                 one makes every thread forget its cached heap (a
+                                                 history with stacks starting: allocator.c) */
     uint32_t forks;                           /* process_forks when made: another count now means a
                                                  child's copy (CHECK_ALLOCATOR) */
     int pid;                                  /* the process that made it, for that message */
@@ -342,6 +344,7 @@ struct tide_allocator {
                                                  or release while above 0 */
 
     _Atomic(struct history *) history;        /* recording now, or NULL: one branch when off */
+    _Atomic(bool) history_stacks;             /* it records stacks (TIDE_HISTORY_STACKS) */
     struct history *histories;                /* the newest history, recording or stopped; freed at the
                                                  next start (readers and start hold history_lock) */
     pthread_mutex_t history_lock;             /* start, stop, readers; taken before heap locks */
