@@ -49,12 +49,13 @@
  *   Freed memory stays cached for reuse, with one exception that keeps the footprint low: before
  *   reserving a segment that would take reserved memory past the most it has ever been, tidepool gives
  *   back wholly free segments, since none of them could serve the request: the smallest one that
- *   covers the overshoot, or if none does, the oldest ones until it is covered. If a segment
- *   of the same size was given back that way shortly before, the program evidently needs it, and the
- *   mark rises instead; so a training loop's steady state makes no driver calls at all.
+ *   covers the overshoot, or if none does, the oldest ones until it is covered. While reserved memory
+ *   stays within 1/32 of the most the program has held (allocated and pending bytes, with the
+ *   request, at each such growth), the mark rises instead, so a loop whose shapes take turns keeps
+ *   what it will want again.
  *   tide_empty_cache resets the mark to what stays reserved. With expandable segments it does not
  *   (coming back up to the mark then maps pages but unmaps none, and each unmap waits for the device);
- *   there tide_reset_peak_stats resets it, as a program starting a new phase would. What was given back
+ *   there tide_reset_peak_stats resets it, as a program starting a new phase would. What the program held
  *   under the old mark is forgotten with it, so the new phase is placed as a new allocator would place
  *   it. Config key trim_on_growth turns all this off.
  *

@@ -254,18 +254,8 @@ uint64_t expandable_release_arenas(tide_allocator *t, struct heap *h)
 
 /* ---- growing ------------------------------------------------------------------------------------------- */
 
-static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t except_lo, uintptr_t except_hi,
-                                 enum release_reason why, tide_release_report *r, size_t *released);
+static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t except_lo, uintptr_t except_hi, tide_release_report *r, size_t *released);
 
-/* Whether pages in [lo, hi) were unmapped lately to stay under the high-water mark: mapping them
- * again means the program needs them, and unmapping others for them would repeat every step. */
-static bool recently_unmapped(const tide_allocator *t, uintptr_t lo, uintptr_t hi)
-{
-    for (unsigned i = 0; i < TIDE_RECENT_RELEASES; i++)
-        if (t->recent_unmaps[i].lo < hi && lo < t->recent_unmaps[i].hi)
-            return true;
-    return false;
-}
 
 /* Where the pages for a request go: `need` bytes mapped at `addr`, growing run `left` upwards (NULL: a
  * new run), and joining the run above where they reach it (join_pages). The request is then served from
@@ -411,26 +401,27 @@ static void keep_stranded_pages(tide_allocator *t, struct heap *h, const struct 
     HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, h->stream, addr, size);
 }
 
-/* Before a growth of p->need bytes: stay under the high-water mark by unmapping free pages elsewhere
- * first, as for reserved segments (see grow in pressure.c), unless the very pages about to be mapped
- * were unmapped for that lately (the program needs them: the mark rises instead); and under the
- * garbage-collection threshold. Pages go largest stretch first, not oldest first: a page has no age
- * of its own. Returns whether anything was released (then runs may have split: plan again). */
-static bool trim_before_growth(tide_allocator *t, const struct placement *p)
+/* Before a growth of p->need bytes for a request of `rounded`: stay under the high-water mark by
+ * unmapping free pages elsewhere first, as for reserved segments (see grow in pressure.c), unless
+ * reserved stays within a slack of the most the program has held (may_pass_mark: then the mark rises
+ * as the pages are mapped); and under the garbage-collection threshold. A trim takes the smallest
+ * stretch of free pages that covers it, else the largest, and only the units it needs from its top
+ * (stretch_for, top_units). Returns whether anything was released (then runs may have split: plan
+ * again). */
+static bool trim_before_growth(tide_allocator *t, const struct placement *p, size_t rounded)
 {
     bool released = false;
     if (t->conf.trim_on_growth && t->reserved + p->need > t->high_water) {
-        if (recently_unmapped(t, p->addr, p->addr + p->need)) {
-            t->high_water = t->reserved + p->need;
-        } else {
-            release_pages(t, t->reserved + p->need - t->high_water, p->keep_lo, p->keep_hi,
-                          RELEASE_FOR_HIGH_WATER, NULL, NULL);
+        /* Within the slack the pages are simply mapped (the mark rises as they are counted: note_reserved),
+         * one by one still, as past the mark. */
+        if (!may_pass_mark(t, rounded, p->need)) {
+            release_pages(t, t->reserved + p->need - t->high_water, p->keep_lo, p->keep_hi, NULL, NULL);
             released = true;
         }
     }
     if (t->gc_threshold && t->reserved + p->need > t->gc_threshold) {
         size_t got = 0;
-        release_pages(t, t->reserved + p->need - t->gc_threshold, p->keep_lo, p->keep_hi, RELEASE_ASKED,
+        release_pages(t, t->reserved + p->need - t->gc_threshold, p->keep_lo, p->keep_hi,
                       NULL, &got);
         t->num_gc_released += got > 0;
         released = true;
@@ -489,7 +480,7 @@ tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind po
         /* Trimmed once, then planned again, since runs may have split (even where an unmap failed). */
         if (!trimmed && p.need) {
             trimmed = true;
-            if (trim_before_growth(t, &p))
+            if (trim_before_growth(t, &p, rounded))
                 continue;
         }
         trimmed = true;
@@ -531,11 +522,37 @@ struct free_pages {
     uintptr_t lo, hi;
 };
 
-static int larger_first(const void *x, const void *y)
+/* Of the stretches not taken yet (taken[k] false), the one to give back `want` bytes from: the smallest
+ * that holds them all, else the largest. A trim so gives back as little past what it needs as it can,
+ * as release_for_high_water does with segments (pressure.c): given back whole, the largest stretch was
+ * mapped again a few steps later, every period of a loop whose shapes take turns. */
+static size_t stretch_for(const struct free_pages *v, const bool *taken, size_t n, size_t want)
 {
-    const struct free_pages *a = x, *b = y;
-    size_t sa = a->hi - a->lo, sb = b->hi - b->lo;
-    return sa < sb ? 1 : sa > sb ? -1 : (a->lo > b->lo) - (a->lo < b->lo);
+    size_t best = n, largest = n;
+    for (size_t k = 0; k < n; k++) {
+        if (taken[k])
+            continue;
+        size_t size = v[k].hi - v[k].lo;
+        if (size >= want && (best == n || size < v[best].hi - v[best].lo))
+            best = k;
+        if (largest == n || size > v[largest].hi - v[largest].lo)
+            largest = k;
+    }
+    return best < n ? best : largest;
+}
+
+/* The top of a stretch of whole units that holds `want` bytes: its highest units, down to the first
+ * that makes up the amount. The pages that stay are the low ones, where the stretch's FREE block
+ * begins. */
+static void top_units(const struct arena *a, size_t page, struct free_pages *fp, size_t want)
+{
+    uintptr_t lo = fp->hi;
+    while (lo > fp->lo && fp->hi - lo < want) {
+        uintptr_t ulo, uhi;
+        unit_around(a, lo - page, page, &ulo, &uhi);
+        lo = ulo;
+    }
+    fp->lo = lo;
 }
 
 /* Under h->lock: the heap's stretches of free pages, outside [except_lo, except_hi). */
@@ -624,8 +641,7 @@ static tide_status carve(tide_allocator *t, struct heap *h, const struct free_pa
 
 /* Unmaps free pages (the largest stretches first) of every heap until want bytes are gone, leaving
  * [except_lo, except_hi) alone. */
-static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t except_lo, uintptr_t except_hi,
-                                 enum release_reason why, tide_release_report *r, size_t *released)
+static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t except_lo, uintptr_t except_hi, tide_release_report *r, size_t *released)
 {
     size_t done = 0, page = t->backend.page_size;
     tide_status first_error = TIDE_OK;
@@ -638,10 +654,15 @@ static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t excep
             continue; /* a private pool in use */
         heap_lock(h);
         size_t n = collect_free_pages(h, page, except_lo, except_hi, &v);
-        if (want != SIZE_MAX && n > 1)
-            qsort(v, n, sizeof *v, larger_first);
+        bool *taken = n && want != SIZE_MAX ? calloc(n, sizeof *taken) : NULL;
         size_t planned = done;
-        for (size_t k = 0; k < n && planned < want; k++) {
+        for (size_t j = 0; j < n && planned < want; j++) {
+            size_t k = j;
+            if (taken) { /* a trim: as little past want as the units allow */
+                k = stretch_for(v, taken, n, want - planned);
+                taken[k] = true;
+                top_units(v[k].block->seg->arena, page, &v[k], want - planned);
+            }
             tide_status s = carve(t, h, &v[k], &carved);
             if (s != TIDE_OK) {
                 if (first_error == TIDE_OK)
@@ -651,6 +672,7 @@ static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t excep
             planned += v[k].hi - v[k].lo;
         }
         heap_unlock(h);
+        free(taken);
         free(v);
         /* Unmap without the heap's lock: the device may wait for work whose completion needs it. */
         for (struct segment *seg = carved, *next; seg; seg = next) {
@@ -660,12 +682,7 @@ static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t excep
             tide_status s = expandable_unmap_run(t, seg, &unmapped);
             if (unmapped) {
                 HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, base, unmapped);
-                note_released(t, unmapped, RELEASE_ASKED, r);
-                if (why == RELEASE_FOR_HIGH_WATER) {
-                    unsigned k = t->recent_unmap_next++ % TIDE_RECENT_RELEASES;
-                    t->recent_unmaps[k].lo = base;
-                    t->recent_unmaps[k].hi = base + unmapped;
-                }
+                note_released(t, unmapped, r);
                 done += unmapped;
             }
             if (s == TIDE_OK) {
@@ -686,10 +703,10 @@ static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t excep
     return first_error;
 }
 
-tide_status expandable_release_pages(tide_allocator *t, size_t want, enum release_reason why,
+tide_status expandable_release_pages(tide_allocator *t, size_t want,
                                      tide_release_report *r, size_t *released)
 {
-    return release_pages(t, want, 0, 0, why, r, released);
+    return release_pages(t, want, 0, 0, r, released);
 }
 
 tide_status expandable_unmap_run(tide_allocator *t, struct segment *seg, size_t *unmapped)

@@ -418,13 +418,21 @@ void segment_released(tide_allocator *t, struct heap *h, struct segment *seg);
 /* After the backend refused to take it: the segment goes back into the segment map and into heap h as
  * idle, so nothing is lost. Takes h's lock. */
 void segment_reattach(tide_allocator *t, struct heap *h, struct segment *seg);
-/* Why memory is released: only releases made to stay under the high-water mark are remembered. */
-enum release_reason { RELEASE_ASKED, RELEASE_FOR_HIGH_WATER };
-bool recently_released(tide_allocator *t, size_t size);
 /* A new phase of the program (see HOLDING MEMORY in tidepool.h): the high-water mark starts again from
- * what is reserved now, and the releases and unmaps made to stay under the old mark are forgotten with
- * it. Under the pressure lock. */
+ * what is reserved now, and what the program held before is forgotten with it. Under the pressure
+ * lock. */
 void high_water_restart(tide_allocator *t);
+/* Bytes per state over every heap (takes each heap's lock in turn). */
+struct where {
+    int64_t allocated, pending, cached, idle;
+};
+struct where where_is_memory(tide_allocator *t);
+/* Under the pressure lock, before a growth of `bytes` for a request of `rounded` bytes passes the
+ * high-water mark: whether the mark may simply rise (true), or cached memory must go first. It may
+ * rise while reserved stays within a slack of the most the program has held (allocated and pending,
+ * with the request) at any growth since the mark restarted: 1/32 of it (TIDE_HOLD_SLACK_SHIFT).
+ * docs/design.md, Holding memory. */
+bool may_pass_mark(tide_allocator *t, size_t rounded, size_t bytes);
 /* Under the pressure lock, after a backend call that reserved, released, mapped or unmapped device
  * memory, begun at now_ns() == started: its time joins tide_stats.device_call_ns. */
 static inline void note_device_call(tide_allocator *t, uint64_t started)
@@ -432,7 +440,7 @@ static inline void note_device_call(tide_allocator *t, uint64_t started)
     t->device_call_ns += now_ns() - started;
 }
 void note_reserved(tide_allocator *t, size_t bytes);   /* reserved grew: peaks, marks, counters */
-void note_released(tide_allocator *t, size_t bytes, enum release_reason why, tide_release_report *r);
+void note_released(tide_allocator *t, size_t bytes, tide_release_report *r);
 
 /* ---- expandable.c: segments that grow (expandable_segments:True), under the pressure lock ------ */
 /* Maps the pages a request lacks, growing a run (or starting one), and takes the block from it. */
@@ -440,7 +448,7 @@ tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind po
                             size_t requested, struct block **out);
 /* Unmaps whole pages inside FREE blocks of partly used runs, the largest stretches first, until want
  * bytes are unmapped. */
-tide_status expandable_release_pages(tide_allocator *t, size_t want, enum release_reason why,
+tide_status expandable_release_pages(tide_allocator *t, size_t want,
                                      tide_release_report *r, size_t *released);
 /* Gives a run's pages back (unmap), unit by unit, and takes it out of its arena if all went; *unmapped:
  * the bytes gone from its start. On a failure the run is what is left of it, still mapped. */

@@ -20,7 +20,7 @@
  * back to h as idle, so nothing is lost; the first such error is returned. (Detaching cleared each
  * segment's heap pointer, so h must come from the caller.) */
 static tide_status release_segments(tide_allocator *t, struct heap *h, struct segment *list,
-                                    tide_release_report *r, enum release_reason why)
+                                    tide_release_report *r)
 {
     const tide_backend *be = &t->backend;
     tide_status first_error = TIDE_OK;
@@ -41,7 +41,7 @@ static tide_status release_segments(tide_allocator *t, struct heap *h, struct se
         }
         if (gone) {
             HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, base, gone);
-            note_released(t, gone, why, r);
+            note_released(t, gone, r);
         }
         if (s == TIDE_OK) {
             segment_released(t, h, seg);
@@ -65,7 +65,7 @@ static tide_status release_segments(tide_allocator *t, struct heap *h, struct se
 static uint32_t heap_count(tide_allocator *t) { return atomic_load(&t->nheaps); }
 
 /* Releases idle segments of every heap, oldest first across heaps, until `want` bytes are released. */
-static tide_status release_oldest(tide_allocator *t, size_t want, enum release_reason why,
+static tide_status release_oldest(tide_allocator *t, size_t want,
                                   tide_release_report *r, size_t *released)
 {
     size_t done = 0;
@@ -92,7 +92,7 @@ static tide_status release_oldest(tide_allocator *t, size_t want, enum release_r
         heap_unlock(oldest);
         if (!got)
             continue; /* it was reused meanwhile */
-        tide_status s = release_segments(t, oldest, list, r, why);
+        tide_status s = release_segments(t, oldest, list, r);
         if (s != TIDE_OK) {
             if (first_error == TIDE_OK)
                 first_error = s;
@@ -161,7 +161,7 @@ static void release_for_high_water(tide_allocator *t, size_t want)
         if (best->idle && atomic_load_explicit(&best->heap, memory_order_relaxed) == owner)
             got = heap_detach_idle_segment(owner, best, &list);
         heap_unlock(owner);
-        if (got && release_segments(t, owner, list, NULL, RELEASE_FOR_HIGH_WATER) != TIDE_OK)
+        if (got && release_segments(t, owner, list, NULL) != TIDE_OK)
             return; /* the backend is refusing: do not spin on it */
         done += got;
     }
@@ -178,7 +178,7 @@ static tide_status release_all_idle(tide_allocator *t, tide_release_report *r)
         heap_lock(h);
         heap_detach_idle(h, UINT64_MAX, SIZE_MAX, &list);
         heap_unlock(h);
-        tide_status s = release_segments(t, h, list, r, RELEASE_ASKED);
+        tide_status s = release_segments(t, h, list, r);
         if (s != TIDE_OK && first_error == TIDE_OK)
             first_error = s;
     }
@@ -187,13 +187,13 @@ static tide_status release_all_idle(tide_allocator *t, tide_release_report *r)
 
 /* Releases cached memory until `want` bytes are released: wholly free segments oldest first, then,
  * with expandable segments, free pages inside runs still in use. */
-static tide_status release_cached(tide_allocator *t, size_t want, enum release_reason why,
+static tide_status release_cached(tide_allocator *t, size_t want,
                                   tide_release_report *r, size_t *released)
 {
     size_t done = 0, more = 0;
-    tide_status s = release_oldest(t, want, why, r, &done);
+    tide_status s = release_oldest(t, want, r, &done);
     if (s == TIDE_OK && done < want && t->conf.expandable_segments)
-        s = expandable_release_pages(t, want - done, why, r, &more);
+        s = expandable_release_pages(t, want - done, r, &more);
     if (released)
         *released = done + more;
     return s;
@@ -204,7 +204,7 @@ static tide_status release_all_cached(tide_allocator *t, tide_release_report *r)
 {
     tide_status s = release_all_idle(t, r);
     if (t->conf.expandable_segments) {
-        tide_status s2 = expandable_release_pages(t, SIZE_MAX, RELEASE_ASKED, r, NULL);
+        tide_status s2 = expandable_release_pages(t, SIZE_MAX, r, NULL);
         if (s == TIDE_OK)
             s = s2;
     }
@@ -304,22 +304,21 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
     for (int i = 0; i < nsizes; i++) {
         size_t size = sizes[i];
         /* Idle segments could not serve this request (the fit would have used them). Rather than
-         * hold them and a new segment too, raising the most ever reserved, give them back first.
-         * Only if a segment of this very size went back that way lately does the mark rise: the
-         * program needs that memory, and releasing again would only repeat itself, reserving and
-         * releasing the same sizes in every step of a training loop. */
+         * hold them and a new segment too, raising the most ever reserved, give them back first,
+         * unless reserved stays close to the most the program has held: then the mark rises, and a
+         * loop whose shapes take turns finds those segments again without a driver call. */
         bool capturing = atomic_load(&t->captures) != 0; /* nothing goes back during a capture */
         if (t->conf.trim_on_growth && !capturing && t->reserved + size > t->high_water) {
             /* A small-pool segment raises the mark too: the idle segments a trim could give back for it
              * are large ones, each more than it, and the loop that left them idle comes back for them. */
-            if (pool == POOL_SMALL || recently_released(t, size))
+            if (pool == POOL_SMALL || may_pass_mark(t, rounded, size))
                 t->high_water = t->reserved + size;
             else
                 release_for_high_water(t, t->reserved + size - t->high_water);
         }
         if (t->gc_threshold && !capturing && t->reserved + size > t->gc_threshold) {
             tide_release_report gc = {0};
-            release_oldest(t, t->reserved + size - t->gc_threshold, RELEASE_ASKED, &gc, NULL);
+            release_oldest(t, t->reserved + size - t->gc_threshold, &gc, NULL);
             t->num_gc_released += gc.released_segments;
         }
         struct segment *seg = NULL;
@@ -342,27 +341,6 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
     block_recycle(h, first);
     heap_unlock(h);
     return s;
-}
-
-/* Bytes per state over every heap, for the out-of-memory report. */
-struct where {
-    int64_t allocated, pending, cached, idle;
-};
-
-static struct where where_is_memory(tide_allocator *t)
-{
-    struct where w = {0, 0, 0, 0};
-    for (uint32_t i = 0; i < heap_count(t); i++) {
-        struct heap *h = t->heaps[i];
-        heap_lock(h);
-        const struct pool_stats *p = &h->stats.pool[TIDE_POOL_ALL];
-        w.allocated += p->allocated.cur;
-        w.pending += p->pending.cur;
-        w.cached += pool_cached(p);
-        w.idle += p->idle;
-        heap_unlock(h);
-    }
-    return w;
 }
 
 /* What would let the request succeed, as far as the allocator can tell. */
@@ -530,7 +508,7 @@ tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report 
     r.drained_blocks = poll_all(t);
     tide_status s = TIDE_OK;
     if (t->reserved > target)
-        s = release_cached(t, t->reserved - target, RELEASE_ASKED, &r, NULL);
+        s = release_cached(t, t->reserved - target, &r, NULL);
     fill_report(t, &r);
     if (s == TIDE_OK && t->reserved > target) {
         struct where w = where_is_memory(t);
@@ -555,7 +533,7 @@ tide_status pressure_set_limit(tide_allocator *t, size_t bytes)
     tide_status s = TIDE_OK;
     if (t->reserved > bytes && !atomic_load(&t->captures)) { /* the capture's end does not redo it */
         poll_all(t);
-        s = release_cached(t, t->reserved - bytes, RELEASE_ASKED, NULL, NULL);
+        s = release_cached(t, t->reserved - bytes, NULL, NULL);
     }
     settle_and_unlock(t);
     return s;

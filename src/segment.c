@@ -104,13 +104,34 @@ tide_status segment_reserve(tide_allocator *t, enum pool_kind pool, size_t size,
 void high_water_restart(tide_allocator *t)
 {
     t->high_water = t->reserved;
-    /* They record that the program needed memory above the old mark, and would raise the new one at
-     * once when it needs that size (those pages) again, where a new allocator gives idle memory back
-     * first. Kept past a restart, they let gpt2_varlen's trace, replayed again after
-     * tide_empty_cache, peak at 18404 MiB reserved instead of 13982: 32% above the most the first
-     * replay ever reserved (test_empty_cache). */
-    memset(t->recent_releases, 0, sizeof t->recent_releases);
-    memset(t->recent_unmaps, 0, sizeof t->recent_unmaps);
+    /* What the program held before the restart would let the next phase keep idle memory it may never
+     * need again, where a new allocator gives it back first. */
+    t->held_peak = 0;
+}
+
+struct where where_is_memory(tide_allocator *t)
+{
+    struct where w = {0, 0, 0, 0};
+    for (uint32_t i = 0; i < atomic_load(&t->nheaps); i++) {
+        struct heap *h = t->heaps[i];
+        heap_lock(h);
+        const struct pool_stats *p = &h->stats.pool[TIDE_POOL_ALL];
+        w.allocated += p->allocated.cur;
+        w.pending += p->pending.cur;
+        w.cached += pool_cached(p);
+        w.idle += p->idle;
+        heap_unlock(h);
+    }
+    return w;
+}
+
+bool may_pass_mark(tide_allocator *t, size_t rounded, size_t bytes)
+{
+    struct where w = where_is_memory(t);
+    size_t held = (size_t)(w.allocated + w.pending) + rounded;
+    if (held > t->held_peak)
+        t->held_peak = held;
+    return t->reserved + bytes <= t->held_peak + (t->held_peak >> TIDE_HOLD_SLACK_SHIFT);
 }
 
 void note_reserved(tide_allocator *t, size_t bytes)
@@ -123,22 +144,13 @@ void note_reserved(tide_allocator *t, size_t bytes)
     t->num_device_alloc++;
 }
 
-void note_released(tide_allocator *t, size_t bytes, enum release_reason why, tide_release_report *r)
+void note_released(tide_allocator *t, size_t bytes, tide_release_report *r)
 {
     t->reserved -= bytes;
     t->num_device_free++;
-    if (why == RELEASE_FOR_HIGH_WATER)
-        t->recent_releases[t->recent_next++ % TIDE_RECENT_RELEASES] = bytes;
     if (r) {
         r->released_bytes += bytes;
         r->released_segments++;
     }
 }
 
-bool recently_released(tide_allocator *t, size_t size)
-{
-    for (unsigned i = 0; i < TIDE_RECENT_RELEASES; i++)
-        if (t->recent_releases[i] == size)
-            return true;
-    return false;
-}

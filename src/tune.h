@@ -37,6 +37,11 @@
 #ifndef TIDE_FIT_SCAN
 #define TIDE_FIT_SCAN 16                      /* blocks compared in the request's own size class */
 #endif
+#ifndef TIDE_HOLD_SLACK_SHIFT
+#define TIDE_HOLD_SLACK_SHIFT 5               /* reserved memory may pass the high-water mark without a
+                                                 trim while within 1/32 of the most the program has held
+                                                 (may_pass_mark, segment.c) */
+#endif
 #ifndef TIDE_MAP_UNIT_PAGES
 #define TIDE_MAP_UNIT_PAGES 2                 /* expandable: pages mapped in one call when growing back
                                                  to the mark (expandable.c) */

@@ -315,13 +315,9 @@ struct tide_allocator {
     size_t reserved_peak;
     size_t high_water;                        /* reserved may not pass it while idle segments could be
                                                  released instead; see grow() in pressure.c */
-#define TIDE_RECENT_RELEASES 32
-    size_t recent_releases[TIDE_RECENT_RELEASES]; /* sizes released to stay under high_water */
-    unsigned recent_next;
-    struct {
-        uintptr_t lo, hi;
-    } recent_unmaps[TIDE_RECENT_RELEASES];    /* expandable: pages unmapped to stay under high_water */
-    unsigned recent_unmap_next;
+    size_t held_peak;                         /* the most the program has held (allocated and pending bytes,
+                                                 and the request) when a growth passed high_water, since
+                                                 the mark last restarted: see may_pass_mark in segment.c */
     struct segment *spare_segments;           /* recycled segment structs, under pressure */
     struct segment_map segmap;
     uint64_t num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_sync_all_streams,
