@@ -453,7 +453,7 @@ __attribute__((noinline, cold)) static tide_status refuse_size(const tide_alloca
     if (size == 0)
         return tide__fail(TIDE_EINVAL, "tide_malloc: size 0; ask for at least 1 byte");
     /* Out of memory, as the driver and the frameworks say, but no ladder can help: say so. */
-    return tide__fail(TIDE_ENOMEM, "out of memory: asked %s, more than the device's total memory (%s)",
+    return tide__fail(TIDE_ENOMEM, "device out of memory. Asked %s, more than the device's total memory (%s)",
                       format_bytes(size, a), format_bytes(t->device_total, b));
 }
 

@@ -369,7 +369,7 @@ static tide_status out_of_memory(tide_allocator *t, struct heap *h, size_t round
     HISTORY_EVENT(t, TIDE_EVENT_OOM, h->stream, 0, requested);
     return tide__fail(
         TIDE_ENOMEM,
-        "out of memory: asked %s (a segment of at least %s) on stream 0x%llx; %s%s free on the device "
+        "device out of memory. Asked %s (a segment of at least %s) on stream 0x%llx; %s%s free on the device "
         "of %s; reserved %s (limit %s): %s allocated, %s pending free (still used by the device), %s "
         "cached of which %s releasable; %s",
         format_bytes(requested, asked), format_bytes(smallest_segment, seg), (unsigned long long)h->stream,

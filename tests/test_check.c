@@ -489,7 +489,7 @@ static void test_debug_level_two_passes_a_correct_program(void)
     }
     void *p;
     CHECK_STATUS(tide_malloc(f.t, 512 * MIB, 0, &p), TIDE_ENOMEM);
-    CHECK_MESSAGE("out of memory: asked 512.0 MiB");
+    CHECK_MESSAGE("out of memory. Asked 512.0 MiB");
     for (int k = 0; k < 32; k++)
         CHECK_OK(tide_free(f.t, live[k]));
     CHECK_OK(tide_empty_cache(f.t, NULL));

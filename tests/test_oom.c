@@ -110,7 +110,7 @@ static void test_ladder_fails_with_a_report(void)
     tide_stats before = stats_of(f.t);
     CHECK_STATUS(tide_malloc(f.t, 20 * MIB, 0, &p), TIDE_ENOMEM);
     CHECK(p == NULL);
-    CHECK_MESSAGE("out of memory: asked 20.0 MiB");
+    CHECK_MESSAGE("out of memory. Asked 20.0 MiB");
     CHECK_MESSAGE("free on the device of 256.0 MiB");
     CHECK_MESSAGE("reserved 52.0 MiB (limit 64.0 MiB)");
     CHECK_MESSAGE("40.0 MiB allocated");
@@ -429,6 +429,27 @@ static void test_lowering_the_limit_releases_cache(void)
     fixture_close(&f);
 }
 
+/* Programs that shrink their batch on running out of memory (accelerate's find_executable_batch_size,
+ * the Trainer's auto_find_batch_size) recognize the failure by " out of memory." in its text: every
+ * way of running out says so, the limit, the device and a request larger than the device. */
+static void test_oom_message_is_recognizable(void)
+{
+    struct fixture f;
+    fixture_open(&f, 256 * MIB, "limit:64MiB");
+    void *p = (void *)1;
+    CHECK_STATUS(tide_malloc(f.t, 100 * MIB, 0, &p), TIDE_ENOMEM); /* past the limit */
+    CHECK_MESSAGE(" out of memory.");
+    CHECK_STATUS(tide_malloc(f.t, 300 * MIB, 0, &p), TIDE_ENOMEM); /* past the device */
+    CHECK_MESSAGE(" out of memory.");
+    CHECK_MESSAGE("more than the device's total memory");
+    tide_sim_inject_fault(f.sim, TIDE_SIM_RESERVE, 0, UINT32_MAX); /* the device refuses */
+    CHECK_STATUS(tide_malloc(f.t, 4096, 0, &p), TIDE_ENOMEM);
+    CHECK_MESSAGE(" out of memory.");
+    tide_sim_inject_fault(f.sim, TIDE_SIM_RESERVE, 0, 0);
+    CHECK(p == NULL);
+    fixture_close(&f);
+}
+
 int main(void)
 {
     RUN(test_limit_is_never_exceeded);
@@ -448,5 +469,6 @@ int main(void)
     RUN(test_high_water_does_not_churn);
     RUN(test_trim_to_a_target);
     RUN(test_lowering_the_limit_releases_cache);
+    RUN(test_oom_message_is_recognizable);
     return HARNESS_EXIT();
 }

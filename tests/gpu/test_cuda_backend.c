@@ -141,7 +141,7 @@ int main(void)
     tide_stats st = stats_of(t);
     if (free_now + (8ull << 30) < (size_t)st.device_total_bytes) {
         CHECK_STATUS(tide_malloc(t, free_now + (4ull << 30), 0, &huge), TIDE_ENOMEM);
-        CHECK_MESSAGE("out of memory: asked");
+        CHECK_MESSAGE("out of memory. Asked");
         printf("out-of-memory report: %s\n", tide_last_error());
     }
     CHECK_OK(tide_set_limit(t, 64 << 20));
