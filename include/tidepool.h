@@ -484,6 +484,20 @@ TIDE_API tide_status tide_pool_restore(tide_allocator *t, tide_pool_id pool, con
 TIDE_API tide_status tide_capture_begin(tide_allocator *t);
 TIDE_API tide_status tide_capture_end(tide_allocator *t);
 
+/* Capture is a property of a stream. tide_capture_begin_stream says that stream captures a graph (until
+ * the matching tide_capture_end_stream; they nest per stream; up to 64 streams at once, TIDE_EINVAL
+ * past that): the fences of that stream's blocks are not queried, so its pending frees wait for the
+ * capture's end, while every other stream's pending frees drain as usual. What acts on the whole
+ * device waits for every capture, as tide_capture_begin describes (a capture in CUDA's global mode
+ * forbids it from any thread): synchronizing, releasing memory, recording fences at a free, the
+ * ladder's device steps, tide_empty_cache and tide_trim (TIDE_EBUSY). Allocating to a private pool is
+ * not a capture: a pool routes allocations and nothing else, so a program that only allocates to a
+ * pool (PyTorch's use_mem_pool) begins none. tide_capturing gives the depth of the captures that hold
+ * stream's polls back (its own and those begun by tide_capture_begin). */
+TIDE_API tide_status tide_capture_begin_stream(tide_allocator *t, tide_stream stream);
+TIDE_API tide_status tide_capture_end_stream(tide_allocator *t, tide_stream stream);
+TIDE_API tide_status tide_capturing(tide_allocator *t, tide_stream stream, uint32_t *out);
+
 /* ------------------------------------------------------------------------------------------------ */
 /* Statistics                                                                                        */
 /* ------------------------------------------------------------------------------------------------ */

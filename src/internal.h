@@ -527,6 +527,9 @@ tide_status allocator_locate(tide_allocator *t, void *ptr, const char *verb, str
 /* ---- pool.c: private pools and graph capture ------------------------------------------------------- */
 /* Frees the pool table (tide_destroy; the heaps are the allocator's). */
 void pools_destroy(tide_allocator *t);
+/* Whether the heaps of stream may not query their fences now: a capture on that stream, or one that
+ * named no stream. Call only while t->captures is above 0. */
+bool capture_holds_poll(tide_allocator *t, tide_stream stream);
 /* Locks the pressure lock and every heap, in order (tide_check, tide_destroy, stats). */
 void allocator_lock_all(tide_allocator *t);
 void allocator_unlock_all(tide_allocator *t);

@@ -258,8 +258,12 @@ static bool pop_fence(struct heap *h, struct fence_queue *q)
 
 size_t lifecycle_poll(struct heap *h)
 {
-    if (!h->pending_head || atomic_load_explicit(&h->owner->captures, memory_order_relaxed))
-        return 0; /* no fence is queried while a graph capture is underway */
+    if (!h->pending_head)
+        return 0;
+    /* A capturing stream's fences are not queried; other streams' are (pool.c, graph capture). */
+    if (TIDE_UNLIKELY(atomic_load_explicit(&h->owner->captures, memory_order_relaxed)) &&
+        capture_holds_poll(h->owner, h->stream))
+        return 0;
     const tide_backend *be = &h->owner->backend;
     size_t drained = 0;
     for (uint32_t i = 0; i < h->nqueues; i++) {

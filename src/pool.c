@@ -612,15 +612,78 @@ static tide_status pool_restore(tide_allocator *t, tide_pool_id id, const tide_p
 }
 
 /* ---- graph capture ----------------------------------------------------------------------------------- */
+/*
+ * Capture is a property of a stream. A stream that captures a graph may not have its fences queried
+ * (they would be nodes of the graph), so lifecycle_poll leaves its heaps alone, and only its heaps:
+ * the rest of the device drains its pending frees as usual. What acts on the whole device waits for
+ * every capture, since a capture in CUDA's global mode forbids it from any thread: synchronizing,
+ * releasing memory (a release waits for the device), recording fences at free (a use stream may be
+ * joined to the capture). tide_capture_begin names no stream and so holds back every heap's polls.
+ */
+
+bool capture_holds_poll(tide_allocator *t, tide_stream stream)
+{
+    if (atomic_load_explicit(&t->device_captures, memory_order_relaxed))
+        return true;
+    for (uint32_t i = 0; i < TIDE_MAX_CAPTURING_STREAMS; i++)
+        if (atomic_load_explicit(&t->capturing[i].depth, memory_order_relaxed) &&
+            atomic_load_explicit(&t->capturing[i].stream, memory_order_relaxed) == stream)
+            return true;
+    return false;
+}
 
 tide_status tide_capture_begin(tide_allocator *t)
 {
     CHECK_ALLOCATOR(t);
     /* Under the pressure lock: a capture cannot begin while the last one's end is recording fences. */
     pthread_mutex_lock(&t->pressure);
+    atomic_fetch_add(&t->device_captures, 1);
     atomic_fetch_add(&t->captures, 1);
     pthread_mutex_unlock(&t->pressure);
     return TIDE_OK;
+}
+
+tide_status tide_capture_begin_stream(tide_allocator *t, tide_stream stream)
+{
+    CHECK_ALLOCATOR(t);
+    pthread_mutex_lock(&t->pressure);
+    struct capturing_stream *slot = NULL;
+    for (uint32_t i = 0; i < TIDE_MAX_CAPTURING_STREAMS; i++) {
+        struct capturing_stream *c = &t->capturing[i];
+        uint32_t depth = atomic_load(&c->depth);
+        if (depth && atomic_load(&c->stream) == stream) {
+            slot = c;
+            break;
+        }
+        if (!depth && !slot)
+            slot = c;
+    }
+    if (!slot) {
+        pthread_mutex_unlock(&t->pressure);
+        return tide__fail(TIDE_EINVAL, "tide_capture_begin_stream: %d streams are capturing already, the "
+                          "most at once", TIDE_MAX_CAPTURING_STREAMS);
+    }
+    atomic_store(&slot->stream, stream); /* before the depth: a reader that sees the depth sees it */
+    atomic_fetch_add(&slot->depth, 1);
+    atomic_fetch_add(&t->captures, 1);
+    pthread_mutex_unlock(&t->pressure);
+    return TIDE_OK;
+}
+
+/* Under the pressure lock: one capture fewer. The last one's end records the fences held back. */
+static void capture_ended(tide_allocator *t)
+{
+    uint32_t n = atomic_load(&t->captures);
+    atomic_store(&t->captures, n - 1);
+    if (n != 1)
+        return;
+    for (uint32_t i = 0; i < atomic_load(&t->nheaps); i++) {
+        struct heap *h = t->heaps[i];
+        heap_lock(h);
+        if (lifecycle_end_capture(h))
+            stats_settle(&h->stats);
+        heap_unlock(h);
+    }
 }
 
 tide_status tide_capture_end(tide_allocator *t)
@@ -628,24 +691,53 @@ tide_status tide_capture_end(tide_allocator *t)
     CHECK_ALLOCATOR(t);
     bool begun = history_stack_begin(t, __builtin_return_address(0)); /* frees completed at the end */
     pthread_mutex_lock(&t->pressure);
-    uint32_t n = atomic_load(&t->captures);
+    uint32_t n = atomic_load(&t->device_captures);
     if (n == 0) {
         pthread_mutex_unlock(&t->pressure);
         history_stack_end(begun);
         return tide__fail(TIDE_EINVAL, "tide_capture_end without a matching tide_capture_begin");
     }
-    atomic_store(&t->captures, n - 1);
-    if (n == 1) {
-        for (uint32_t i = 0; i < atomic_load(&t->nheaps); i++) {
-            struct heap *h = t->heaps[i];
-            heap_lock(h);
-            if (lifecycle_end_capture(h))
-                stats_settle(&h->stats);
-            heap_unlock(h);
-        }
-    }
+    atomic_store(&t->device_captures, n - 1);
+    capture_ended(t);
     pthread_mutex_unlock(&t->pressure);
     history_stack_end(begun);
+    return TIDE_OK;
+}
+
+tide_status tide_capture_end_stream(tide_allocator *t, tide_stream stream)
+{
+    CHECK_ALLOCATOR(t);
+    bool begun = history_stack_begin(t, __builtin_return_address(0));
+    pthread_mutex_lock(&t->pressure);
+    struct capturing_stream *slot = NULL;
+    for (uint32_t i = 0; i < TIDE_MAX_CAPTURING_STREAMS && !slot; i++)
+        if (atomic_load(&t->capturing[i].depth) && atomic_load(&t->capturing[i].stream) == stream)
+            slot = &t->capturing[i];
+    if (!slot) {
+        pthread_mutex_unlock(&t->pressure);
+        history_stack_end(begun);
+        return tide__fail(TIDE_EINVAL, "tide_capture_end_stream: stream 0x%llx is not capturing (no matching "
+                          "tide_capture_begin_stream)", (unsigned long long)stream);
+    }
+    atomic_fetch_sub(&slot->depth, 1);
+    capture_ended(t);
+    pthread_mutex_unlock(&t->pressure);
+    history_stack_end(begun);
+    return TIDE_OK;
+}
+
+tide_status tide_capturing(tide_allocator *t, tide_stream stream, uint32_t *out)
+{
+    CHECK_ALLOCATOR(t);
+    if (!out)
+        return tide__fail(TIDE_EINVAL, "tide_capturing: out is NULL");
+    pthread_mutex_lock(&t->pressure);
+    uint32_t n = atomic_load(&t->device_captures);
+    for (uint32_t i = 0; i < TIDE_MAX_CAPTURING_STREAMS; i++)
+        if (atomic_load(&t->capturing[i].depth) && atomic_load(&t->capturing[i].stream) == stream)
+            n += atomic_load(&t->capturing[i].depth);
+    pthread_mutex_unlock(&t->pressure);
+    *out = n;
     return TIDE_OK;
 }
 

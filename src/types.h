@@ -294,6 +294,7 @@ struct heap {
 };
 
 /* ---- the allocator (allocator.c) ---------------------------------------------------------------------- */
+#define TIDE_MAX_CAPTURING_STREAMS 64         /* streams capturing a graph at once (pool.c) */
 struct tide_allocator {
     tide_backend backend;
     _Atomic(uint64_t) id;                     /* unique in the process, for thread-local caches: a new
@@ -338,6 +339,14 @@ struct tide_allocator {
     tide_pool_id next_pool_id;
     _Atomic(uint32_t) captures;               /* graph captures underway: no fence query, synchronize
                                                  or release while above 0 */
+    /* Capture is a property of a stream (pool.c): while a stream captures, its heaps query no fence;
+     * the device-wide steps above (synchronize, release, recording fences at free) wait for every
+     * capture. Under pressure; read without it by lifecycle_poll, only while captures is above 0. */
+    _Atomic(uint32_t) device_captures;        /* tide_capture_begin: a stream the caller did not name */
+    struct capturing_stream {
+        _Atomic(tide_stream) stream;
+        _Atomic(uint32_t) depth;              /* 0: the entry is free */
+    } capturing[TIDE_MAX_CAPTURING_STREAMS];
 
     _Atomic(struct history *) history;        /* recording now, or NULL: one branch when off */
     _Atomic(bool) history_stacks;             /* it records stacks (TIDE_HISTORY_STACKS) */
