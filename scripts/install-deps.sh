@@ -7,8 +7,8 @@
 #   scripts/install-deps.sh lint       cppcheck (make lint)
 #   scripts/install-deps.sh plot       Chromium, which the test cli_plot_renders draws the plot with, and
 #                                      python3 for the PyTorch snapshot converter's test
-#   scripts/install-deps.sh python     python3 with venv, setuptools and wheel (the test python_package:
-#                                      pip install ./python offline, in a fresh virtual environment)
+#   scripts/install-deps.sh python     python3 with venv (the test python_package: pip install ./python
+#                                      offline, in a fresh virtual environment)
 # Several may be given at once.
 set -eu
 SUDO=""
@@ -25,7 +25,7 @@ for extra in "$@"; do
         valgrind) packages="$packages valgrind" ;;
         lint) packages="$packages cppcheck" ;;
         plot) packages="$packages chromium python3" ;;
-        python) packages="$packages python3 python3-venv python3-setuptools python3-wheel" ;;
+        python) packages="$packages python3 python3-venv" ;;
         *) echo "install-deps: unknown extra '$extra' (known: fuzz, valgrind, lint, plot, python)" >&2; exit 2 ;;
     esac
 done

@@ -1,19 +1,31 @@
 #!/bin/sh
-# pip install ./python in a fresh virtual environment, offline (the system's setuptools, no build
-# isolation): the package builds and bundles libtidepool, and from outside the source tree, with no
-# TIDEPOOL_LIBRARY, `python -m tidepool` names the bundled library and the simulated device works
-# from Python. Exit 77 (skipped) where the Python lacks venv, setuptools or wheel.
+# README.md's `pip install ./python`, as written, in a plain virtual environment (python3 -m venv, no
+# system packages) with no package index (PIP_NO_INDEX): the package builds with its own backend
+# (python/tidepool_build.py, the standard library alone) and bundles libtidepool, and from outside the
+# source tree, with no TIDEPOOL_LIBRARY, `python -m tidepool` names the bundled library and the
+# simulated device works from Python. The same with --no-build-isolation. Exit 77 (skipped) where the
+# Python lacks venv or ensurepip (Debian's python3-venv).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 py=${TIDE_PACKAGE_PYTHON:-/usr/bin/python3}
-if ! "$py" -c "import venv, ensurepip, setuptools, wheel" 2>/dev/null; then
-    echo "skipped: $py lacks venv, ensurepip, setuptools or wheel (scripts/install-deps.sh python installs them)"
+if ! "$py" -c "import venv, ensurepip" 2>/dev/null; then
+    echo "skipped: $py lacks venv or ensurepip (scripts/install-deps.sh python installs python3-venv)"
     exit 77
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$py" -m venv --system-site-packages "$work/env"
-"$work/env/bin/python" -m pip install -q --no-build-isolation --no-deps "$root/python"
+command=$(grep -o '^pip install [^ ]*' "$root/README.md" | head -n 1)
+[ "$command" = "pip install ./python" ] || { echo "FAIL: README.md's install command is now '$command'"; exit 1; }
+export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+"$py" -m venv "$work/plain"
+# shellcheck disable=SC2086 # the README's words, split as a shell splits them
+(cd "$root" && "$work/plain/bin/"$command -q) || { echo "FAIL: '$command' in a plain venv, offline"; exit 1; }
+echo "ok: '$command' in a plain venv, offline"
+"$py" -m venv "$work/env"
+# shellcheck disable=SC2086
+(cd "$root" && "$work/env/bin/"$command -q --no-build-isolation) ||
+    { echo "FAIL: '$command --no-build-isolation' in a plain venv"; exit 1; }
+echo "ok: '$command --no-build-isolation' in a plain venv"
 cd "$work"
 unset TIDEPOOL_LIBRARY PYTHONPATH
 out=$("$work/env/bin/python" -m tidepool)
@@ -21,6 +33,10 @@ echo "$out"
 echo "$out" | grep -q "^library: $work/env/lib/.*/site-packages/tidepool/libtidepool.so$" ||
     { echo "FAIL: python -m tidepool does not use the library installed with the package"; exit 1; }
 echo "$out" | grep -q "^simulated device: available" || { echo "FAIL: no simulated device"; exit 1; }
+# Without a driver, the reason names the one file the driver is (not a second name tried after it).
+if echo "$out" | grep "^CUDA devices: 0 (the CUDA driver" | grep -q "libcuda\.so:"; then
+    echo "FAIL: the missing driver is named as two different files"; exit 1
+fi
 "$work/env/bin/python" - "$root/include/tidepool.h" <<'PY'
 import re, sys
 import tidepool

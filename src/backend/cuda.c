@@ -116,12 +116,16 @@ static CUresult driver_init_result;
 static void load_driver(void)
 {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        snprintf(driver_problem, sizeof driver_problem,
-                 "the CUDA driver (libcuda.so.1) is not on this machine: %s", dlerror());
-        return;
+        /* The reason is libcuda.so.1's, the driver's own name: the unversioned name tried next
+         * exists only where CUDA's development files are, and its error would name another file. */
+        const char *why = dlerror();
+        snprintf(driver_problem, sizeof driver_problem, "the CUDA driver (libcuda.so.1) is not on this "
+                 "machine: %s", why ? why : "dlopen failed");
+        lib = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+        if (!lib)
+            return;
+        driver_problem[0] = '\0';
     }
     /* Every symbol is required, except the virtual memory calls (CUDA 10.2 and later): without them
      * expandable segments are unsupported (vm_setup), and all else works. */
