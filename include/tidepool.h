@@ -670,6 +670,19 @@ TIDE_API tide_status tide_history_stop(tide_allocator *t);
  * (if not NULL) how many older places in the ring were overwritten. */
 TIDE_API tide_status tide_history_read(tide_allocator *t, tide_event *out, size_t cap, size_t *count,
                                        uint64_t *dropped);
+/* An observer hears, as they happen and whether a history is on or not, the events that change what
+ * the device holds: TIDE_EVENT_SEGMENT_RESERVED and TIDE_EVENT_SEGMENT_RELEASED (with expandable
+ * segments, a run of pages mapped or unmapped: addr and size are the pages), TIDE_EVENT_OOM and
+ * TIDE_EVENT_EMPTY_CACHE. This is what registering memory with a communication library needs
+ * (PyTorch's ProcessGroupNCCL registers each segment with NCCL and deregisters it when it goes). The
+ * event's seq and frames are those of the history if one is on, else 0. It is called under the lock
+ * that reserving and releasing share, on the thread that reserved or released, so it must be quick
+ * and must not call tidepool on this allocator (take a note and act after). One observer per
+ * allocator: a call replaces the last; NULL removes it. Once this returns, the old observer is not
+ * running and is not called again. */
+typedef void (*tide_event_observer)(void *ctx, const tide_event *event);
+TIDE_API tide_status tide_observe(tide_allocator *t, tide_event_observer observer, void *ctx);
+
 /* Records a user's annotation (copied) as an event, e.g. "step 12 begins". */
 TIDE_API tide_status tide_annotate(tide_allocator *t, const char *text);
 /* This thread's tag for its allocations from now on (copied; at most 63 bytes are kept), or NULL for

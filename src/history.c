@@ -295,9 +295,37 @@ void history_record(tide_allocator *t, uint32_t kind, tide_stream stream, uint64
 {
     pthread_mutex_lock(&t->history_write_lock);
     struct history *hist = atomic_load_explicit(&t->history, memory_order_acquire);
-    if (hist) /* (it may have stopped since the caller looked) */
+    uint64_t seq = 0, time = 0;
+    if (hist) { /* (it may have stopped since the caller looked) */
         record_shared(t, hist, kind, stream, addr, size, NULL);
+        const struct slot *slot = &hist->slots[(size_t)(hist->shared_next - 1) & hist->shared_mask];
+        seq = slot->seq;
+        time = slot->time_ns;
+    }
     pthread_mutex_unlock(&t->history_write_lock);
+    /* Under the pressure lock, which tide_observe takes to change the observer. */
+    tide_event_observer observer = atomic_load_explicit(&t->observer, memory_order_relaxed);
+    if (observer) {
+        tide_event e;
+        memset(&e, 0, sizeof e);
+        e.seq = seq;
+        e.time_ns = hist ? time : now_ns();
+        e.kind = kind;
+        e.stream = stream;
+        e.addr = addr;
+        e.size = size;
+        observer(t->observer_ctx, &e);
+    }
+}
+
+tide_status tide_observe(tide_allocator *t, tide_event_observer observer, void *ctx)
+{
+    CHECK_ALLOCATOR(t);
+    pthread_mutex_lock(&t->pressure);
+    t->observer_ctx = ctx;
+    atomic_store(&t->observer, observer);
+    pthread_mutex_unlock(&t->pressure);
+    return TIDE_OK;
 }
 
 /* ---- the heaps' rings --------------------------------------------------------------------------------- */

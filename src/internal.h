@@ -562,9 +562,12 @@ _Static_assert(TIDE_EVENT_KIND_COUNT <= 8 && TIDE_UNIT >= 64, "kind and flags fi
 /* Events outside any heap's lock (segments, out of memory, empty_cache, annotations): rare, each
  * numbered and timed on its own in the history's shared ring. One branch when no history is on. */
 void history_record(tide_allocator *t, uint32_t kind, tide_stream stream, uint64_t addr, uint64_t size);
+/* With an observer (tide_observe), it hears the event too: every HISTORY_EVENT is made under the
+ * pressure lock, the observer's lock. */
 #define HISTORY_EVENT(t, kind, stream, addr, size)                                                  \
     do {                                                                                           \
-        if (TIDE_UNLIKELY(atomic_load_explicit(&(t)->history, memory_order_relaxed) != NULL))      \
+        if (TIDE_UNLIKELY(atomic_load_explicit(&(t)->history, memory_order_relaxed) != NULL ||     \
+                          atomic_load_explicit(&(t)->observer, memory_order_relaxed) != NULL))     \
             history_record((t), (kind), (stream), (addr), (size));                                 \
     } while (0)
 

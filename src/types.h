@@ -349,6 +349,10 @@ struct tide_allocator {
     } capturing[TIDE_MAX_CAPTURING_STREAMS];
 
     _Atomic(struct history *) history;        /* recording now, or NULL: one branch when off */
+    /* tide_observe: hears segment, out-of-memory and empty_cache events as they happen; set and called
+     * under the pressure lock (history.c) */
+    _Atomic(tide_event_observer) observer;
+    void *observer_ctx;
     _Atomic(bool) history_stacks;             /* it records stacks (TIDE_HISTORY_STACKS) */
     struct history *histories;                /* the newest history, recording or stopped; freed at the
                                                  next start (readers and start hold history_lock) */

@@ -1,0 +1,110 @@
+/*
+ * tide_observe: an observer hears every segment reserved and released (pages mapped and unmapped with
+ * expandable segments), out of memory and empty_cache, as they happen, with or without a history:
+ * what a communication library's registration of segments (PyTorch's ProcessGroupNCCL) and a live
+ * memory timeline need.
+ */
+#include "harness.h"
+
+#define MAX_SEEN 256
+
+struct seen {
+    int n;
+    tide_event events[MAX_SEEN];
+    int64_t held;            /* reserved minus released, as the observer counts it */
+};
+
+static void note(void *ctx, const tide_event *e)
+{
+    struct seen *s = ctx;
+    if (s->n < MAX_SEEN)
+        s->events[s->n++] = *e;
+    if (e->kind == TIDE_EVENT_SEGMENT_RESERVED)
+        s->held += (int64_t)e->size;
+    if (e->kind == TIDE_EVENT_SEGMENT_RELEASED)
+        s->held -= (int64_t)e->size;
+}
+
+static int count_kind(const struct seen *s, uint32_t kind)
+{
+    int n = 0;
+    for (int i = 0; i < s->n; i++)
+        n += s->events[i].kind == kind;
+    return n;
+}
+
+static void test_segments_as_they_happen(const char *config)
+{
+    struct fixture f;
+    fixture_open(&f, 256 * MIB, config);
+    struct seen s;
+    memset(&s, 0, sizeof s);
+    CHECK_OK(tide_observe(f.t, note, &s));
+    void *p, *q;
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &p));
+    CHECK(count_kind(&s, TIDE_EVENT_SEGMENT_RESERVED) >= 1);
+    CHECK(s.held == reserved_of(f.t)); /* at each moment, what the device holds */
+    const tide_event *first = &s.events[0];
+    CHECK(first->addr <= (uint64_t)(uintptr_t)p && (uint64_t)(uintptr_t)p + 30 * MIB <= first->addr + first->size);
+    CHECK_OK(tide_malloc(f.t, 1000, 0, &q));
+    CHECK(s.held == reserved_of(f.t));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_free(f.t, q));
+    CHECK(count_kind(&s, TIDE_EVENT_SEGMENT_RELEASED) == 0); /* cached, not released */
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(s.held == 0 && reserved_of(f.t) == 0);
+    CHECK(count_kind(&s, TIDE_EVENT_SEGMENT_RELEASED) >= 1);
+    CHECK(s.events[s.n - 1].kind == TIDE_EVENT_EMPTY_CACHE);
+    CHECK(s.events[s.n - 1].seq == 0); /* no history on */
+
+    void *big = (void *)1;
+    CHECK_STATUS(tide_malloc(f.t, 200 * MIB, 0, &big), TIDE_ENOMEM); /* the limit, 128 MiB */
+    CHECK(s.events[s.n - 1].kind == TIDE_EVENT_OOM && s.events[s.n - 1].size == 200 * MIB);
+
+    /* Removed: heard no more. */
+    int before = s.n;
+    CHECK_OK(tide_observe(f.t, NULL, NULL));
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &p));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(s.n == before);
+    fixture_close(&f);
+}
+
+static void test_reserved_segments(void) { test_segments_as_they_happen("limit:128MiB"); }
+static void test_expandable_pages(void) { test_segments_as_they_happen("limit:128MiB,expandable_segments:True"); }
+
+/* With a history on, the observer's events carry the history's numbers, and both agree. */
+static void test_with_a_history(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    struct seen s;
+    memset(&s, 0, sizeof s);
+    CHECK_OK(tide_history_start(f.t, 1024, TIDE_HISTORY_ORDERED));
+    CHECK_OK(tide_observe(f.t, note, &s));
+    void *p;
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &p));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    tide_event events[16];
+    size_t n = 0;
+    CHECK_OK(tide_history_read(f.t, events, 16, &n, NULL));
+    int matched = 0;
+    for (size_t i = 0; i < n; i++)
+        for (int j = 0; j < s.n; j++)
+            if (events[i].seq == s.events[j].seq && events[i].kind == s.events[j].kind &&
+                events[i].addr == s.events[j].addr && events[i].size == s.events[j].size)
+                matched++;
+    CHECK(matched == s.n && s.n == 3); /* reserved, released, empty_cache */
+    CHECK_STATUS(tide_observe(NULL, note, &s), TIDE_EINVAL);
+    fixture_close(&f);
+}
+
+int main(void)
+{
+    RUN(test_reserved_segments);
+    RUN(test_expandable_pages);
+    RUN(test_with_a_history);
+    return HARNESS_EXIT();
+}
