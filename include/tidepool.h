@@ -700,6 +700,48 @@ TIDE_API tide_status tide_history_json(tide_allocator *t, char **out);
  * [{"address", "size", "requested", "state": "active" | "pending_free" | "cached", "stream", "tag",
  * "site"}]}], "stats": {...tide_stats_json...}}. A block's address is the user's pointer. */
 TIDE_API tide_status tide_snapshot_json(tide_allocator *t, char **out);
+/* The same snapshot as structures, for programs that walk it (a framework's own snapshot, the largest
+ * cached block): no JSON to print and parse. tide_snapshot_take copies every segment and block under
+ * the locks, at one moment; the result belongs to the caller until tide_snapshot_free. Segments are
+ * in the order of the JSON snapshot; a segment's blocks are blocks[first_block .. first_block +
+ * nblocks), in address order, and tile it. */
+enum { TIDE_BLOCK_ACTIVE = 0, TIDE_BLOCK_PENDING_FREE = 1, TIDE_BLOCK_CACHED = 2 };
+
+typedef struct tide_snapshot_block {
+    uintptr_t address;             /* the user's pointer (under guard:True, past the canary) for an
+                                      ACTIVE or PENDING block; the block's start for a cached one */
+    size_t size;                   /* bytes the block holds */
+    size_t requested;              /* what the caller asked for (ACTIVE only, else 0) */
+    uint32_t state;                /* TIDE_BLOCK_* */
+    uint32_t reserved_;
+    const char *tag;               /* the allocation's tag (history on), or NULL; valid until tide_destroy */
+    void *site;                    /* the address tide_malloc was called from (history on), or NULL */
+} tide_snapshot_block;
+
+typedef struct tide_snapshot_segment {
+    uintptr_t address;
+    size_t size;
+    tide_stream stream;
+    tide_pool_id private_pool;     /* 0: none */
+    uint32_t pool;                 /* TIDE_POOL_SMALL or TIDE_POOL_LARGE */
+    uint32_t expandable;           /* 1: a run of pages (expandable_segments:True) */
+    size_t first_block, nblocks;
+    size_t allocated_bytes;        /* in its ACTIVE blocks */
+    size_t active_bytes;           /* ACTIVE and PENDING */
+    size_t requested_bytes;        /* asked for, of its ACTIVE blocks */
+} tide_snapshot_segment;
+
+typedef struct tide_snapshot {
+    size_t nsegments, nblocks;
+    const tide_snapshot_segment *segments;
+    const tide_snapshot_block *blocks;
+    size_t largest_cached;         /* the largest cached block's size, 0 if none */
+    size_t guard_bytes;            /* canary before each block (guard:True), else 0 */
+} tide_snapshot;
+
+TIDE_API tide_status tide_snapshot_take(tide_allocator *t, tide_snapshot **out);
+TIDE_API void tide_snapshot_free(tide_snapshot *snapshot);
+
 /* The allocations still live (and freed blocks still referenced), grouped by tag and call site, largest
  * first, in words. *live (if not NULL) receives the number of live allocations: a test can fail on it.
  * With the config key leak_report:True, tide_destroy prints this report to stderr when anything is

@@ -826,6 +826,21 @@ tide_status tide_snapshot_json(tide_allocator *t, char **out)
     return text_finish(&x, out, "tide_snapshot_json");
 }
 
+tide_status tide_snapshot_take(tide_allocator *t, tide_snapshot **out)
+{
+    if (!t || !out)
+        return tide__fail(TIDE_EINVAL, "tide_snapshot_take: %s is NULL", t ? "out" : "the allocator");
+    if (allocator_forked(t))
+        return allocator_refuse_forked(t, "tide_snapshot_take");
+    *out = NULL;
+    allocator_lock_all(t);
+    tide_status s = report_snapshot_take_locked(t, out);
+    allocator_unlock_all(t);
+    return s;
+}
+
+void tide_snapshot_free(tide_snapshot *snapshot) { free(snapshot); }
+
 tide_status tide_leak_report(tide_allocator *t, char **out, uint64_t *live)
 {
     if (!t || !out)

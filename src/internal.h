@@ -484,6 +484,8 @@ tide_status check_locked(tide_allocator *t);
 /* ---- report.c: the snapshot and the leak report, under allocator_lock_all --------------------------- */
 /* The snapshot's JSON (tide_snapshot_json) into x. */
 void report_snapshot_locked(tide_allocator *t, struct text *x);
+/* The same as structures (tide_snapshot_take), in one allocation. */
+tide_status report_snapshot_take_locked(tide_allocator *t, tide_snapshot **out);
 /* What is still live, grouped by tag and call site, largest first; report_leak_text writes it in words
  * (tide_leak_report) and frees it. Neither needs the locks for the second step. */
 struct leak_group;

@@ -59,6 +59,66 @@ void report_snapshot_locked(tide_allocator *t, struct text *x)
     free(stats);
 }
 
+tide_status report_snapshot_take_locked(tide_allocator *t, tide_snapshot **out)
+{
+    size_t nsegments = 0, nblocks = 0;
+    for (uint32_t i = 0; i < atomic_load(&t->nheaps); i++)
+        for (struct segment *seg = t->heaps[i]->segments; seg; seg = seg->next) {
+            nsegments++;
+            for (struct block *b = seg->first; b; b = b->next)
+                nblocks++;
+        }
+    /* One allocation holds all three, so one free gives it back. */
+    tide_snapshot *snap = calloc(1, sizeof *snap + nsegments * sizeof(tide_snapshot_segment) +
+                                        nblocks * sizeof(tide_snapshot_block));
+    if (!snap)
+        return tide__fail(TIDE_EHOSTMEM, "tide_snapshot_take: no host memory for %zu segments and %zu blocks",
+                          nsegments, nblocks);
+    tide_snapshot_segment *segs = (tide_snapshot_segment *)(snap + 1);
+    tide_snapshot_block *blocks = (tide_snapshot_block *)(segs + nsegments);
+    size_t si = 0, bi = 0;
+    for (uint32_t i = 0; i < atomic_load(&t->nheaps); i++) {
+        struct heap *h = t->heaps[i];
+        for (struct segment *seg = h->segments; seg; seg = seg->next, si++) {
+            tide_snapshot_segment *o = &segs[si];
+            o->address = seg->base;
+            o->size = seg->size;
+            o->stream = h->stream;
+            o->private_pool = h->pool_id;
+            o->pool = seg->pool == POOL_SMALL ? TIDE_POOL_SMALL : TIDE_POOL_LARGE;
+            o->expandable = seg->arena != NULL;
+            o->first_block = bi;
+            for (struct block *b = seg->first; b; b = b->next, bi++) {
+                tide_snapshot_block *ob = &blocks[bi];
+                bool active = b->state == BLOCK_ACTIVE;
+                ob->address = b->addr + (b->state == BLOCK_FREE ? 0 : t->guard); /* as the JSON says */
+                ob->size = b->size;
+                ob->requested = active ? b->requested : 0;
+                ob->state = active ? TIDE_BLOCK_ACTIVE : b->state == BLOCK_PENDING ? TIDE_BLOCK_PENDING_FREE
+                                                                                    : TIDE_BLOCK_CACHED;
+                ob->tag = active ? b->tag : NULL;
+                ob->site = active ? b->site : NULL;
+                o->nblocks++;
+                if (active) {
+                    o->allocated_bytes += b->size;
+                    o->requested_bytes += b->requested;
+                }
+                if (active || b->state == BLOCK_PENDING)
+                    o->active_bytes += b->size;
+                else if (b->size > snap->largest_cached)
+                    snap->largest_cached = b->size;
+            }
+        }
+    }
+    snap->nsegments = nsegments;
+    snap->nblocks = nblocks;
+    snap->segments = segs;
+    snap->blocks = blocks;
+    snap->guard_bytes = t->guard;
+    *out = snap;
+    return TIDE_OK;
+}
+
 /* One line of the leak report: live blocks with the same tag and call site. */
 struct leak_group {
     const char *tag;
