@@ -431,6 +431,13 @@ TIDE_API tide_status tide_pool_use_count(tide_allocator *t, tide_pool_id pool, u
 TIDE_API tide_status tide_pool_memory(tide_allocator *t, tide_pool_id pool, size_t *reserved,
                                       size_t *allocated);
 
+/* tide_empty_cache for one pool: synchronizes the device, drains, and releases the pool's wholly free
+ * segments, even while the pool is in use (PyTorch's empty_cache of a MemPool): the caller says that
+ * no captured graph replays into the pool's free memory any more. Other pools and the memory outside
+ * pools stay cached. Pool 0 is tide_empty_cache. TIDE_EBUSY during a graph capture, as
+ * tide_empty_cache; TIDE_EINVAL for a pool never created. */
+TIDE_API tide_status tide_pool_empty_cache(tide_allocator *t, tide_pool_id pool, tide_release_report *report);
+
 /* tide_malloc from pool's own segments. A released pool (use count 0) refuses with TIDE_EINVAL. */
 TIDE_API tide_status tide_malloc_pool(tide_allocator *t, size_t size, tide_stream stream, tide_pool_id pool,
                                       void **out);

@@ -465,6 +465,8 @@ uint64_t expandable_release_arenas(tide_allocator *t, struct heap *h);
 tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
                             size_t requested, struct block **out);
 tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report);
+/* The same for one private pool's heaps only, in use or not (tide_pool_empty_cache). */
+tide_status pressure_empty_pool(tide_allocator *t, tide_pool_id pool, tide_release_report *report);
 tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report *report);
 tide_status pressure_set_limit(tide_allocator *t, size_t bytes);
 /* Waits for all the device's work, with no lock held (a completion callback it waits for may call

@@ -611,6 +611,21 @@ static tide_status pool_restore(tide_allocator *t, tide_pool_id id, const tide_p
     return s;
 }
 
+tide_status tide_pool_empty_cache(tide_allocator *t, tide_pool_id pool, tide_release_report *report)
+{
+    CHECK_ALLOCATOR(t);
+    if (pool == 0)
+        return tide_empty_cache(t, report);
+    pthread_mutex_lock(&t->heaps_lock);
+    bool known = find_pool(t, pool) || forgotten(t, pool);
+    pthread_mutex_unlock(&t->heaps_lock);
+    if (!known)
+        return unknown_pool("tide_pool_empty_cache", pool);
+    tide_status s = pressure_empty_pool(t, pool, report);
+    allocator_debug_check(t, 1, "tide_pool_empty_cache");
+    return s;
+}
+
 /* ---- graph capture ----------------------------------------------------------------------------------- */
 /*
  * Capture is a property of a stream. A stream that captures a graph may not have its fences queried

@@ -498,6 +498,38 @@ tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report)
     return s != TIDE_OK ? s : s2;
 }
 
+/* tide_pool_empty_cache: as pressure_empty_cache, but only the pool's own wholly free segments go, in
+ * use or not (the program asked for exactly that pool's memory back). */
+tide_status pressure_empty_pool(tide_allocator *t, tide_pool_id pool, tide_release_report *report)
+{
+    tide_release_report r;
+    memset(&r, 0, sizeof r);
+    if (atomic_load(&t->captures))
+        return refuse_during_capture(t, "tide_pool_empty_cache");
+    uint64_t seq;
+    tide_status s = device_synchronize(t, &seq);
+    pthread_mutex_lock(&t->pressure); /* no heap changes pools meanwhile */
+    r.drained_blocks = drain_after_synchronize(t, seq, s);
+    for (uint32_t i = 0; i < heap_count(t); i++) {
+        struct heap *h = t->heaps[i];
+        if (h->pool_id != pool)
+            continue;
+        struct segment *list = NULL;
+        heap_lock(h);
+        heap_detach_idle(h, UINT64_MAX, SIZE_MAX, &list);
+        heap_unlock(h);
+        tide_status s2 = release_segments(t, h, list, &r);
+        if (s == TIDE_OK)
+            s = s2;
+    }
+    fill_report(t, &r);
+    HISTORY_EVENT(t, TIDE_EVENT_EMPTY_CACHE, 0, 0, r.released_bytes);
+    settle_and_unlock(t);
+    if (report)
+        *report = r;
+    return s;
+}
+
 tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report *report)
 {
     tide_release_report r;

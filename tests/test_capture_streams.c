@@ -161,11 +161,56 @@ static void test_a_pool_is_not_a_capture(void)
     fixture_close(&f);
 }
 
+/* Emptying one pool's cache (PyTorch's empty_cache of a MemPool) gives back its idle segments, in use
+ * or not, and leaves other pools and the memory outside pools cached. */
+static void test_empty_one_pool(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "trim_on_growth:False");
+    tide_pool_id one, other;
+    CHECK_OK(tide_pool_create(f.t, &one));
+    CHECK_OK(tide_pool_create(f.t, &other));
+    void *a, *b, *c, *live;
+    CHECK_OK(tide_malloc_pool(f.t, 30 * MIB, 0, one, &a));
+    CHECK_OK(tide_malloc_pool(f.t, 12 * MIB, 0, one, &live));
+    CHECK_OK(tide_malloc_pool(f.t, 30 * MIB, 0, other, &b));
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &c));
+    CHECK_OK(tide_free(f.t, a));
+    CHECK_OK(tide_free(f.t, b));
+    CHECK_OK(tide_free(f.t, c));
+    int64_t before = reserved_of(f.t);
+    tide_release_report r;
+    CHECK_OK(tide_pool_empty_cache(f.t, one, &r));
+    CHECK(r.released_bytes == 30 * MIB && r.released_segments == 1);
+    CHECK(reserved_of(f.t) == before - (int64_t)(30 * MIB));
+    size_t reserved = 0;
+    CHECK_OK(tide_pool_memory(f.t, one, &reserved, NULL));
+    CHECK(reserved == 12 * MIB); /* its live block's segment stays */
+    CHECK_OK(tide_pool_memory(f.t, other, &reserved, NULL));
+    CHECK(reserved == 30 * MIB);
+    CHECK_STATUS(tide_pool_empty_cache(f.t, 999, NULL), TIDE_EINVAL);
+    CHECK(reserved_of(f.t) == before - (int64_t)(30 * MIB)); /* bad input changed nothing */
+    CHECK_OK(tide_capture_begin_stream(f.t, 0));
+    CHECK_STATUS(tide_pool_empty_cache(f.t, other, NULL), TIDE_EBUSY);
+    CHECK_OK(tide_capture_end_stream(f.t, 0));
+    CHECK_OK(tide_check(f.t));
+    CHECK_OK(tide_pool_empty_cache(f.t, 0, NULL)); /* pool 0: tide_empty_cache, pools in use kept */
+    CHECK_OK(tide_pool_memory(f.t, other, &reserved, NULL));
+    CHECK(reserved == 30 * MIB);
+    CHECK_OK(tide_free(f.t, live));
+    CHECK_OK(tide_pool_release(f.t, one));
+    CHECK_OK(tide_pool_release(f.t, other));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(reserved_of(f.t) == 0);
+    fixture_close(&f);
+}
+
 int main(void)
 {
     RUN(test_a_capture_holds_back_only_its_stream);
     RUN(test_captures_nest_and_count);
     RUN(test_bad_captures_change_nothing);
     RUN(test_a_pool_is_not_a_capture);
+    RUN(test_empty_one_pool);
     return HARNESS_EXIT();
 }
