@@ -337,6 +337,19 @@ TIDE_API tide_status tide_config_check(const char *config, const char *origin);
 TIDE_API tide_status tide_config_check_backend(const tide_backend *backend, const char *config,
                                                const char *origin);
 
+/* PyTorch's allocator configuration (the text of PYTORCH_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF, or of
+ * torch.cuda.memory._set_allocator_settings) in tidepool's terms, so that a program keeps its settings
+ * under tidepool. expandable_segments, garbage_collection_threshold and max_split_size_mb become the
+ * tidepool keys of the same names, per_process_memory_fraction becomes limit (a fraction of the
+ * device); backend:native says nothing; every other key has no tidepool meaning and is named in
+ * *ignored (comma-separated, "" if none) for the caller to warn once. A key that tidepool's own
+ * configuration `tidepool` sets (TIDEPOOL_CONF, an explicit config string; may be NULL) is left out:
+ * tidepool's wins. *out receives the tidepool configuration ("" if none), checked as
+ * tide_config_check checks (a bad value is TIDE_EINVAL, saying "PyTorch's allocator configuration"
+ * and the key). Both strings are freed with tide_string_free. */
+TIDE_API tide_status tide_config_from_pytorch(const char *pytorch, const char *tidepool, char **out,
+                                              char **ignored);
+
 /* Parses a size as the configuration takes it: bytes with an optional unit, B, K/KiB, M/MiB, G/GiB,
  * T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000): "8GiB", "1.5MiB", "512MB", "4096". The
  * number is digits with at most one '.' (no sign, no exponent, no space before it; a space may come
