@@ -695,9 +695,13 @@ TIDE_API tide_status tide_history_read(tide_allocator *t, tide_event *out, size_
  * segments, a run of pages mapped or unmapped: addr and size are the pages), TIDE_EVENT_OOM and
  * TIDE_EVENT_EMPTY_CACHE. This is what registering memory with a communication library needs
  * (PyTorch's ProcessGroupNCCL registers each segment with NCCL and deregisters it when it goes). The
- * event's seq and frames are those of the history if one is on, else 0. It is called under the lock
- * that reserving and releasing share, on the thread that reserved or released, so it must be quick
- * and must not call tidepool on this allocator (take a note and act after). One observer per
+ * event's seq and frames are those of the history if one is on, else 0. It hears frees that wait for
+ * the device too: TIDE_EVENT_FREE_REQUESTED for a free that leaves its block PENDING, and
+ * TIDE_EVENT_FREE_COMPLETED when a PENDING block becomes FREE (addr: the user's pointer, size: the
+ * block's bytes); a free it does not hear about completed at once, in its tide_free call. It is
+ * called under the lock that reserving and releasing share, or for a free under its stream's lock,
+ * on the thread that did it, so it must be quick and must not call tidepool on this allocator (take
+ * a note and act after). One observer per
  * allocator: a call replaces the last; NULL removes it. Once this returns, the old observer is not
  * running and is not called again. */
 typedef void (*tide_event_observer)(void *ctx, const tide_event *event);

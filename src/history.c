@@ -318,13 +318,32 @@ void history_record(tide_allocator *t, uint32_t kind, tide_stream stream, uint64
     }
 }
 
+void history_observe(tide_allocator *t, uint32_t kind, tide_stream stream, uint64_t addr, uint64_t size)
+{
+    /* Under a heap's lock; tide_observe passes through every heap's lock after changing it. */
+    tide_event_observer observer = atomic_load_explicit(&t->observer, memory_order_acquire);
+    if (!observer)
+        return;
+    tide_event e;
+    memset(&e, 0, sizeof e);
+    e.time_ns = now_ns();
+    e.kind = kind;
+    e.stream = stream;
+    e.addr = addr;
+    e.size = size;
+    observer(t->observer_ctx, &e);
+}
+
 tide_status tide_observe(tide_allocator *t, tide_event_observer observer, void *ctx)
 {
     CHECK_ALLOCATOR(t);
-    pthread_mutex_lock(&t->pressure);
+    /* The context and the function are set as one, under the pressure lock and every heap's lock in
+     * turn, the locks the observer is called under: once this returns, the old one is not running. */
+    allocator_lock_all(t);
+    atomic_store(&t->observer, NULL);
     t->observer_ctx = ctx;
     atomic_store(&t->observer, observer);
-    pthread_mutex_unlock(&t->pressure);
+    allocator_unlock_all(t);
     return TIDE_OK;
 }
 

@@ -575,6 +575,15 @@ void history_record(tide_allocator *t, uint32_t kind, tide_stream stream, uint64
             history_record((t), (kind), (stream), (addr), (size));                                 \
     } while (0)
 
+/* The observer (tide_observe) of a free that leaves its block PENDING and of a PENDING block that
+ * becomes FREE, under the heap's lock: rare paths, never a free completed at once. */
+void history_observe(tide_allocator *t, uint32_t kind, tide_stream stream, uint64_t addr, uint64_t size);
+#define OBSERVE_PENDING(h, kind, b)                                                                  \
+    do {                                                                                           \
+        if (TIDE_UNLIKELY(atomic_load_explicit(&(h)->owner->observer, memory_order_relaxed) != NULL)) \
+            history_observe((h)->owner, (kind), (h)->stream, (b)->addr + (h)->owner->guard, (b)->size); \
+    } while (0)
+
 /* Events of a heap's stream, under the heap's lock: into the heap's own ring, so the common event is two
  * stores and touches nothing another heap writes. h->history_next is NULL while no history is on (one
  * test); below h->history_limit the event takes the fast path; the rest (a new chunk of the ring and

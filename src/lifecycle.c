@@ -158,6 +158,7 @@ static bool finish_if_done(struct heap *h, struct block *b)
     pending_unlink(h, b);
     h->stats.num_pending_drained++;
     history_heap_event(h, TIDE_EVENT_FREE_COMPLETED, b->addr, b->size, NULL);
+    OBSERVE_PENDING(h, TIDE_EVENT_FREE_COMPLETED, b);
     ptr_map_remove(&h->map, b);
     enum pool_kind pool = b->seg->pool;
     int64_t size = (int64_t)b->size;
@@ -206,6 +207,7 @@ tide_status lifecycle_free(struct heap *h, struct block *b, const void *site)
     }
     if (b->refs || b->fences || b->needs_sync) {
         history_heap_event(h, TIDE_EVENT_FREE_REQUESTED, b->addr, b->size, site);
+        OBSERVE_PENDING(h, TIDE_EVENT_FREE_REQUESTED, b);
         b->state = BLOCK_PENDING;
         b->requested = 0;
         pending_append(h, b);

@@ -101,10 +101,53 @@ static void test_with_a_history(void)
     fixture_close(&f);
 }
 
+/* Frees that wait for the device: requested when the block goes PENDING, completed when it becomes
+ * FREE, at the user's pointer; a free completed at once is not heard (it completed in its call). */
+static void test_pending_frees(const char *config)
+{
+    struct fixture f;
+    fixture_open(&f, 0, config);
+    struct seen s;
+    memset(&s, 0, sizeof s);
+    tide_stream side;
+    CHECK_OK(tide_sim_stream_create(f.sim, &side));
+    CHECK_OK(tide_observe(f.t, note, &s));
+    void *p, *q, *r;
+    CHECK_OK(tide_malloc(f.t, 1000, 0, &p));
+    CHECK_OK(tide_malloc(f.t, 1000, 0, &q));
+    CHECK_OK(tide_malloc(f.t, 1000, 0, &r));
+    int reserved = s.n;
+    CHECK_OK(tide_free(f.t, q)); /* at once */
+    CHECK(s.n == reserved);
+    CHECK_OK(tide_retain(f.t, p));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK(s.n == reserved + 1 && s.events[s.n - 1].kind == TIDE_EVENT_FREE_REQUESTED);
+    CHECK(s.events[s.n - 1].addr == (uintptr_t)p && s.events[s.n - 1].size >= 1000);
+    CHECK_OK(tide_release(f.t, p));
+    CHECK(s.n == reserved + 2 && s.events[s.n - 1].kind == TIDE_EVENT_FREE_COMPLETED);
+    CHECK(s.events[s.n - 1].addr == (uintptr_t)p);
+    /* a fence: completed when a later call finds it signalled */
+    CHECK_OK(tide_record_stream(f.t, r, side));
+    CHECK_OK(tide_sim_enqueue(f.sim, side, 1000, NULL, NULL));
+    CHECK_OK(tide_free(f.t, r));
+    CHECK(s.events[s.n - 1].kind == TIDE_EVENT_FREE_REQUESTED && s.events[s.n - 1].addr == (uintptr_t)r);
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    int completed = 0;
+    for (int i = reserved + 2; i < s.n; i++)
+        completed += s.events[i].kind == TIDE_EVENT_FREE_COMPLETED && s.events[i].addr == (uintptr_t)r;
+    CHECK(completed == 1);
+    fixture_close(&f);
+}
+
+static void test_pending_frees_plain(void) { test_pending_frees(NULL); }
+static void test_pending_frees_guarded(void) { test_pending_frees("guard:True"); }
+
 int main(void)
 {
     RUN(test_reserved_segments);
     RUN(test_expandable_pages);
     RUN(test_with_a_history);
+    RUN(test_pending_frees_plain);
+    RUN(test_pending_frees_guarded);
     return HARNESS_EXIT();
 }
