@@ -27,6 +27,7 @@ all: build
 # Installs the compiler and CMake if this machine lacks them (Debian; needs root or sudo).
 deps:
 	@command -v cmake >/dev/null && command -v cc >/dev/null && command -v gzip >/dev/null \
+	  && command -v pkg-config >/dev/null \
 	  || scripts/install-deps.sh
 
 build: deps
@@ -55,7 +56,10 @@ check-speed: build
 	exit $$status
 
 # tidepool.h, the libraries, the command, tidepool.pc and the CMake package, under PREFIX.
-install: build
+# Builds only what it installs (the libraries and the command), not the tests.
+install: deps
+	@cmake -S . -B $(BUILD) -DTIDE_WERROR=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target tidepool_shared tidepool_static tidepool_cli
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # The GPU tests (CUDA backend, cross-stream safety, PyTorch, CuPy); each is skipped without a GPU.
