@@ -3,9 +3,13 @@
 # bench/calls_by_step.py finds every driver call of its replay in some step: the warm-up's calls and
 # the later ones add up to the replay's own counts, for both kinds of segment, and its exit status says
 # whether any came after the warm-up.
-#   calls_by_step.sh TIDEPOOL_CLI SOURCE_DIR WORK_DIR
+#   calls_by_step.sh TIDEPOOL_CLI SOURCE_DIR WORK_DIR [LONG_LOOPS]
+# LONG_LOOPS: how many times each recorded loop repeats at the end, name:times:most-calls-after-warm-up
+# (make check: a few times each; make check-long: thousands of steps, the figures docs/performance.md
+# gives).
 set -eu
 cli=$1 src=$2 work=$3
+long_loops=${4:-gpt2:5:0 lstm:100:0 resnet50:10:10}
 mkdir -p "$work"
 cd "$work"
 python3 "$src/bench/periodic_trace.py" loop.csv.gz --seed 3 --periods 3
@@ -66,7 +70,7 @@ python3 "$src/bench/repeat_steps.py" "$src/traces/train/lstm.csv.gz" bad.csv.gz 
     --steps "$src/traces/train/lstm.json" --times 2 --first 0 --last 8 2> refused.txt || status=$?
 grep -q "begin with different live allocations" refused.txt && [ "$status" = 2 ] ||
     { echo "repeat_steps took a window that cannot follow itself (exit status $status)"; exit 1; }
-for loop in gpt2:5:0 lstm:100:0 resnet50:10:10; do
+for loop in $long_loops; do
     name=${loop%%:*} rest=${loop#*:}
     times=${rest%%:*} most=${rest##*:}
     python3 "$src/bench/repeat_steps.py" "$src/traces/train/$name.csv.gz" long.csv.gz \
