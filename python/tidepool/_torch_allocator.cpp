@@ -13,8 +13,10 @@
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
+#include <torch/version.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -37,12 +39,21 @@ using c10::MempoolId_t;
 
 tide_devices *devices = nullptr;
 
+void on_core_event(void *ctx, const tide_event *e);
+constexpr size_t kDevices = 64;
+std::atomic<bool> observed[kDevices];
+
 tide_allocator *allocator_of(DeviceIndex device)
 {
     tide_allocator *t = nullptr;
     TORCH_CHECK(devices, "tidepool is not enabled: call tidepool.torch.enable() first");
     tide_status s = tide_devices_get(devices, device, &t);
     TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
+    // The first use of a device's allocator attaches the observer that turns tidepool's segment and
+    // pending-free events into PyTorch's trace entries (for trackers and the history).
+    size_t slot = static_cast<size_t>(device) % kDevices;
+    if (!observed[slot].load(std::memory_order_acquire) && !observed[slot].exchange(true))
+        tide_observe(t, &on_core_event, reinterpret_cast<void *>(static_cast<intptr_t>(device)));
     return t;
 }
 
@@ -55,112 +66,45 @@ tide_stats stats_of(DeviceIndex device)
     return s;
 }
 
-// ---- a small reader of tidepool's snapshot JSON (its own, regular format) ----------------------------
+// The PyTorch releases this file is written against: the overrides below are those of 2.8 and later
+// (the pool-aware emptyCache, checkpoints, setUseOnOOM, setNoSplit). An older torch is refused by
+// tidepool.torch before this file is compiled, naming its version (torch/version.h has the same).
 
-struct Json {
-    enum Kind { NUL, BOOL, NUM, STR, ARR, OBJ } kind = NUL;
-    double num = 0;
-    bool b = false;
-    std::string str;
-    std::vector<Json> arr;
-    std::vector<std::pair<std::string, Json>> obj;
-    const Json &operator[](const char *key) const
-    {
-        static const Json none;
-        for (auto &kv : obj)
-            if (kv.first == key)
-                return kv.second;
-        return none;
-    }
-    uint64_t u64() const { return static_cast<uint64_t>(num); }
-};
+// tidepool's snapshot as structures (tide_snapshot_take), freed with the owner.
+using Snapshot = std::unique_ptr<tide_snapshot, void (*)(tide_snapshot *)>;
 
-struct JsonReader {
-    const char *p;
-    void ws() { while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++; }
-    std::string string()
-    {
-        std::string out;
-        p++; // "
-        while (*p && *p != '"') {
-            if (*p == '\\' && p[1]) {
-                p++;
-                out += *p == 'n' ? '\n' : *p == 't' ? '\t' : *p;
-                if (*p == 'u') { // \uXXXX: tidepool writes it for control characters only
-                    out.back() = '?';
-                    p += 4;
-                }
-                p++;
-            } else {
-                out += *p++;
-            }
-        }
-        if (*p == '"')
-            p++;
-        return out;
-    }
-    Json value()
-    {
-        ws();
-        Json v;
-        if (*p == '{') {
-            v.kind = Json::OBJ;
-            p++;
-            for (ws(); *p && *p != '}'; ws()) {
-                std::string key = string();
-                ws();
-                p++; // :
-                v.obj.emplace_back(key, value());
-                ws();
-                if (*p == ',')
-                    p++;
-            }
-            if (*p)
-                p++;
-        } else if (*p == '[') {
-            v.kind = Json::ARR;
-            p++;
-            for (ws(); *p && *p != ']'; ws()) {
-                v.arr.push_back(value());
-                ws();
-                if (*p == ',')
-                    p++;
-            }
-            if (*p)
-                p++;
-        } else if (*p == '"') {
-            v.kind = Json::STR;
-            v.str = string();
-        } else if (!std::strncmp(p, "true", 4) || !std::strncmp(p, "false", 5)) {
-            v.kind = Json::BOOL;
-            v.b = *p == 't';
-            p += v.b ? 4 : 5;
-        } else if (!std::strncmp(p, "null", 4)) {
-            p += 4;
-        } else {
-            v.kind = Json::NUM;
-            char *end = nullptr;
-            v.num = std::strtod(p, &end);
-            p = end && end != p ? end : p + 1;
-        }
-        return v;
-    }
-};
-
-Json snapshot_of(DeviceIndex device)
+Snapshot snapshot_of(DeviceIndex device)
 {
-    char *text = nullptr;
-    tide_status s = tide_snapshot_json(allocator_of(device), &text);
+    tide_snapshot *snap = nullptr;
+    tide_status s = tide_snapshot_take(allocator_of(device), &snap);
     TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
-    JsonReader r{text};
-    Json j = r.value();
-    tide_string_free(text);
-    return j;
+    return Snapshot(snap, &tide_snapshot_free);
+}
+
+// PyTorch's way of writing a size in its out-of-memory message ("20.00 MiB").
+std::string format_size(uint64_t size)
+{
+    char buf[64];
+    if (size <= 1024)
+        std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(size));
+    else if (size <= 1048576)
+        std::snprintf(buf, sizeof buf, "%.2f KiB", size / 1024.0);
+    else if (size <= 1073741824ull)
+        std::snprintf(buf, sizeof buf, "%.2f MiB", size / 1048576.0);
+    else
+        std::snprintf(buf, sizeof buf, "%.2f GiB", size / 1073741824.0);
+    return buf;
 }
 
 // ---- the allocator -------------------------------------------------------------------------------
 
 void free_block(void *ptr);
+
+// The free this thread is making, so that the observer (called on this thread, inside the free) can say
+// whether it left the block PENDING.
+thread_local void *freeing_ = nullptr;
+thread_local bool freeing_went_pending_ = false;
+thread_local bool restoring_ = false; // setCheckpointPoolState: its frees are traced after the restore
 
 class TidepoolAllocator final : public cca::CUDAAllocator {
   public:
@@ -191,6 +135,8 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     {
         if (size == 0)
             return nullptr; // as PyTorch's own allocator: freeing nullptr does nothing
+        if (!enabled_.load(std::memory_order_relaxed))
+            return malloc_uncached(size, device);
         tide_pool_id pool = pool_for(device, stream);
         void *p = nullptr;
         tide_allocator *t = allocator_of(device);
@@ -201,8 +147,43 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         record(cda::TraceEntry::ALLOC, device, reinterpret_cast<size_t>(p), size, stream, pool);
         return p;
     }
+    // torch.cuda.caching_allocator_enable(False): straight to the driver and back, as PyTorch does.
+    void *malloc_uncached(size_t size, DeviceIndex device)
+    {
+        c10::cuda::CUDAGuard g(device);
+        void *p = nullptr;
+        cudaError_t e = cudaMalloc(&p, size);
+        if (e == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError();
+            TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate ", format_size(size),
+                             ". GPU ", static_cast<int>(device),
+                             ": cudaMalloc failed with the caching allocator disabled.");
+        }
+        C10_CUDA_CHECK(e);
+        std::lock_guard<std::mutex> lock(uncached_lock_);
+        uncached_.insert(p);
+        return p;
+    }
+    bool is_uncached(void *ptr)
+    {
+        std::lock_guard<std::mutex> lock(uncached_lock_);
+        return uncached_.count(ptr) != 0;
+    }
+    bool free_uncached(void *ptr)
+    {
+        {
+            std::lock_guard<std::mutex> lock(uncached_lock_);
+            if (uncached_.empty() || !uncached_.erase(ptr))
+                return false;
+        }
+        C10_CUDA_CHECK_WARN(cudaFree(ptr));
+        return true;
+    }
     // Out of memory: a MemPool(use_on_oom=True) may still serve it (*s becomes TIDE_OK); if none does,
-    // the observers hear of it and PyTorch's OutOfMemoryError is raised with tidepool's report.
+    // the observers hear of it and PyTorch's OutOfMemoryError is raised. Its first sentence and figures
+    // are PyTorch's, so that code which recognizes running out of memory by its text (accelerate's
+    // find_executable_batch_size, the Trainer's auto_find_batch_size: " out of memory.") goes on to
+    // shrink the batch; tidepool's report follows.
     void out_of_memory(DeviceIndex device, tide_allocator *t, size_t size, cudaStream_t stream, void **p,
                        tide_pool_id *pool, tide_status *s)
     {
@@ -212,10 +193,17 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         size_t free_b = 0, total_b = 0;
         cudaMemGetInfo(&free_b, &total_b);
         tide_stats st = stats_of(device);
-        for (auto &observer : oom_observers_)
+        for (auto &observer : observers_copy())
             observer(device, static_cast<size_t>(st.allocated_bytes[TIDE_POOL_ALL].current), total_b, free_b);
         record(cda::TraceEntry::OOM, device, free_b, size, stream, *pool);
-        TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (tidepool). ", why);
+        uint64_t allocated = static_cast<uint64_t>(st.allocated_bytes[TIDE_POOL_ALL].current);
+        uint64_t reserved = static_cast<uint64_t>(st.reserved_bytes[TIDE_POOL_ALL].current);
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate ", format_size(size),
+                         ". GPU ", static_cast<int>(device), " has a total capacity of ", format_size(total_b),
+                         " of which ", format_size(free_b), " is free. Of the allocated memory ",
+                         format_size(allocated), " is allocated by PyTorch, and ",
+                         format_size(reserved > allocated ? reserved - allocated : 0),
+                         " is reserved by PyTorch but unallocated. tidepool: ", why);
     }
     // MemPool(use_on_oom=True): where the device is out of memory, an allocation outside every pool
     // may come from such a pool's own segments (it then belongs to that pool, as in PyTorch).
@@ -240,25 +228,108 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
 
     void free_ptr(void *ptr)
     {
-        if (!ptr)
+        if (!ptr || free_uncached(ptr))
             return;
         free_count_[device_slot(c10::cuda::current_device())][TIDE_POOL_ALL]++;
-        if (recording_.load(std::memory_order_relaxed))
-            record_free(ptr);
+        bool tracing = recording_.load(std::memory_order_relaxed) || has_trackers_.load(std::memory_order_relaxed);
+        DeviceIndex device = 0;
+        size_t size = 0;
+        if (tracing)
+            record_free(ptr, &device, &size);
+        // The observer hears this free on this thread if it leaves the block PENDING (on_core_event);
+        // if it does not, the free completed in the call, and the trace says so now, as PyTorch's does.
+        freeing_ = ptr;
+        freeing_went_pending_ = false;
         // A deleter must not throw: a failure here is a bug worth a loud warning, not a crash.
         if (tide_devices_free(devices, -1, ptr) != TIDE_OK)
             TORCH_WARN("tidepool: ", tide_last_error());
+        freeing_ = nullptr;
+        if (tracing && !freeing_went_pending_)
+            emit(cda::TraceEntry::FREE_COMPLETED, device, reinterpret_cast<size_t>(ptr), size, nullptr);
+        else if (tracing) {
+            std::lock_guard<std::mutex> g(history_lock_);
+            pending_sizes_[ptr] = {device, size};
+        }
+    }
+    // tidepool's events, from the core's observer: under a lock of the allocator, so nothing here calls
+    // tidepool or Python (no context is gathered for them).
+    void core_event(DeviceIndex device, const tide_event *e)
+    {
+        void *addr = reinterpret_cast<void *>(static_cast<uintptr_t>(e->addr));
+        if (restoring_ && (e->kind == TIDE_EVENT_FREE_REQUESTED || e->kind == TIDE_EVENT_FREE_COMPLETED))
+            return;
+        switch (e->kind) {
+        case TIDE_EVENT_FREE_REQUESTED:
+            if (addr == freeing_)
+                freeing_went_pending_ = true;
+            return;
+        case TIDE_EVENT_FREE_COMPLETED: {
+            size_t size = e->size;
+            {
+                std::lock_guard<std::mutex> g(history_lock_);
+                auto it = pending_sizes_.find(addr);
+                if (it != pending_sizes_.end()) {
+                    size = it->second.second;
+                    pending_sizes_.erase(it);
+                }
+            }
+            emit(cda::TraceEntry::FREE_COMPLETED, device, e->addr, size, reinterpret_cast<cudaStream_t>(e->stream));
+            return;
+        }
+        case TIDE_EVENT_SEGMENT_RESERVED:
+            emit(expandable_ ? cda::TraceEntry::SEGMENT_MAP : cda::TraceEntry::SEGMENT_ALLOC, device, e->addr, e->size,
+                 reinterpret_cast<cudaStream_t>(e->stream));
+            count_segment(device, e->size, true);
+            return;
+        case TIDE_EVENT_SEGMENT_RELEASED:
+            emit(expandable_ ? cda::TraceEntry::SEGMENT_UNMAP : cda::TraceEntry::SEGMENT_FREE, device, e->addr,
+                 e->size, reinterpret_cast<cudaStream_t>(e->stream));
+            count_segment(device, e->size, false);
+            return;
+        default:
+            return; // out of memory is recorded where PyTorch's is, with the device's free bytes
+        }
+    }
+    // An event without a context, to every tracker and (while recording) the history.
+    void emit(cda::TraceEntry::Action action, DeviceIndex device, size_t addr, size_t size, cudaStream_t stream)
+    {
+        if (!recording_.load(std::memory_order_relaxed) && !has_trackers_.load(std::memory_order_relaxed))
+            return;
+        cda::TraceEntry e(action, device, addr, size, stream, MempoolId_t{0, 0}, c10::getApproximateTime(), nullptr);
+        for (auto &tracker : trackers_copy())
+            tracker(e);
+        if (!recording_.load(std::memory_order_relaxed))
+            return;
+        std::lock_guard<std::mutex> g(history_lock_);
+        trace_.push_back(std::move(e));
+        while (trace_.size() > max_entries_)
+            trace_.pop_front();
+    }
+    // Accumulated counts of segments and reserved bytes (memory_stats' .allocated and .freed), exact for
+    // all pools together: every reservation and release is an event.
+    void count_segment(DeviceIndex device, size_t size, bool reserved)
+    {
+        size_t slot = device_slot(device);
+        (reserved ? segments_made_ : segments_gone_)[slot]++;
+        (reserved ? reserved_made_ : reserved_gone_)[slot] += size;
     }
 
     // -- set-up ----------------------------------------------------------------------------------
-    void init(int device_count) override { fraction_.assign(std::max(device_count, 1), 1.0); }
+    void init(int device_count) override
+    {
+        std::lock_guard<std::mutex> g(settings_lock_);
+        fraction_.assign(std::max(device_count, 1), 1.0);
+    }
     bool initialized() override { return devices != nullptr; }
-    void enable(bool value) override { enabled_ = value; }
-    bool isEnabled() const override { return enabled_; }
+    // torch.cuda.caching_allocator_enable(False): later allocations go to the driver, uncached (each
+    // one's free goes back to it), as under PyTorch's allocator; what tidepool holds stays its own.
+    void enable(bool value) override { enabled_.store(value); }
+    bool isEnabled() const override { return enabled_.load(); }
     std::string name() override { return "tidepool"; }
 
     double getMemoryFraction(DeviceIndex device) override
     {
+        std::lock_guard<std::mutex> g(settings_lock_);
         return device < static_cast<DeviceIndex>(fraction_.size()) ? fraction_[device] : 1.0;
     }
     void setMemoryFraction(double fraction, DeviceIndex device) override
@@ -266,28 +337,40 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         TORCH_CHECK(fraction > 0 && fraction <= 1, "tidepool: the memory fraction must be in (0, 1]");
         tide_status s = tide_set_limit_fraction(allocator_of(device), fraction);
         TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
+        std::lock_guard<std::mutex> g(settings_lock_);
         if (device >= static_cast<DeviceIndex>(fraction_.size()))
             fraction_.resize(device + 1, 1.0);
         fraction_[device] = fraction;
     }
 
     // -- the cache ---------------------------------------------------------------------------------
-    void emptyCache(MempoolId_t /*mempool_id*/) override
+    // The default id empties everything (pools in use keep their memory); a pool's id empties that
+    // pool's cache only, in use or not, as PyTorch's allocator does.
+    void emptyCache(MempoolId_t mempool_id) override
     {
         TORCH_CHECK(devices, "tidepool is not enabled");
-        tide_status s = tide_devices_empty_cache(devices);
-        TORCH_CHECK(s == TIDE_OK, "tidepool: empty_cache: ", tide_last_error());
+        if (mempool_id.first == 0 && mempool_id.second == 0) {
+            tide_status s = tide_devices_empty_cache(devices);
+            TORCH_CHECK(s == TIDE_OK, "tidepool: empty_cache: ", tide_last_error());
+            return;
+        }
+        std::vector<std::pair<DeviceIndex, tide_pool_id>> targets;
+        {
+            std::lock_guard<std::mutex> g(pool_lock_);
+            for (auto &kv : pools_)
+                if (kv.first.second == mempool_id)
+                    targets.emplace_back(kv.first.first, kv.second);
+        }
+        for (auto &target : targets) {
+            tide_status s = tide_pool_empty_cache(allocator_of(target.first), target.second, nullptr);
+            TORCH_CHECK(s == TIDE_OK, "tidepool: empty_cache: ", tide_last_error());
+        }
     }
     void cacheInfo(DeviceIndex device, size_t *largest) override
     {
         // The largest cached block, or if there is none what the device has free (cuDNN sizes its
         // workspace from it, as with PyTorch's allocator).
-        size_t best = 0;
-        Json snap = snapshot_of(device);
-        for (auto &seg : snap["segments"].arr)
-            for (auto &b : seg["blocks"].arr)
-                if (b["state"].str == "cached" && b["size"].u64() > best)
-                    best = b["size"].u64();
+        size_t best = snapshot_of(device)->largest_cached;
         if (best == 0) {
             size_t free_b = 0, total_b = 0;
             cudaMemGetInfo(&free_b, &total_b);
@@ -308,7 +391,9 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     std::vector<cca::StreamSegmentSize> getExpandableSegmentSizes(DeviceIndex) override { return {}; }
     void recordStream(const c10::DataPtr &ptr, c10::cuda::CUDAStream stream) override
     {
-        if (!ptr.get())
+        // Memory tidepool does not own (received over IPC, from_blob, DLPack) has no block whose reuse
+        // could race the stream: skipped, as PyTorch's allocator skips what it did not allocate.
+        if (!ptr.get() || ptr.get_deleter() != &free_block || is_uncached(ptr.get()))
             return;
         tide_status s = tide_devices_record_stream(devices, ptr.get(), reinterpret_cast<tide_stream>(stream.stream()));
         TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
@@ -338,6 +423,19 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
             // resetAccumulatedStats.
             d.allocation[k].allocated = static_cast<int64_t>(alloc_count_[device_slot(device)][k]);
             d.allocation[k].freed = static_cast<int64_t>(free_count_[device_slot(device)][k]);
+            d.requested_bytes[k].allocated = static_cast<int64_t>(requested_made_[device_slot(device)][k]);
+        }
+        // Accumulated since the last reset, from tidepool's events (all pools together): segments and
+        // reserved bytes; what was freed follows from what was made and what is held now.
+        size_t slot = device_slot(device);
+        d.segment[TIDE_POOL_ALL].allocated = static_cast<int64_t>(segments_made_[slot].load());
+        d.segment[TIDE_POOL_ALL].freed = static_cast<int64_t>(segments_gone_[slot].load());
+        d.reserved_bytes[TIDE_POOL_ALL].allocated = static_cast<int64_t>(reserved_made_[slot].load());
+        d.reserved_bytes[TIDE_POOL_ALL].freed = static_cast<int64_t>(reserved_gone_[slot].load());
+        for (int k = 0; k < TIDE_POOL_COUNT; k++) {
+            // allocated - freed = what the requests hold now less what they held at the reset
+            int64_t now = s.requested_bytes[k].current;
+            d.requested_bytes[k].freed = std::max<int64_t>(0, d.requested_bytes[k].allocated - (now - requested_base_[slot][k]));
         }
         d.num_alloc_retries = static_cast<int64_t>(s.num_alloc_retries - base(device).num_alloc_retries);
         d.num_ooms = static_cast<int64_t>(s.num_ooms - base(device).num_ooms);
@@ -351,8 +449,11 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     {
         base(device) = stats_of(device);
         size_t slot = device_slot(device);
-        for (int k = 0; k < TIDE_POOL_COUNT; k++)
-            alloc_count_[slot][k] = free_count_[slot][k] = 0;
+        for (int k = 0; k < TIDE_POOL_COUNT; k++) {
+            alloc_count_[slot][k] = free_count_[slot][k] = requested_made_[slot][k] = 0;
+            requested_base_[slot][k] = base(device).requested_bytes[k].current;
+        }
+        segments_made_[slot] = segments_gone_[slot] = reserved_made_[slot] = reserved_gone_[slot] = 0;
     }
     void resetPeakStats(DeviceIndex device) override { tide_reset_peak_stats(allocator_of(device)); }
 
@@ -405,9 +506,9 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         } else {
             pool = pool_id_of(device, id, true);
         }
-        // A graph capture (the filter is a capture's) asks the device nothing a capture forbids.
-        TORCH_CHECK(tide_capture_begin(allocator_of(device)) == TIDE_OK, "tidepool: ", tide_last_error());
-        routes_.push_back({device, id, pool, std::move(filter)});
+        // Allocating to a pool is not a capture: a MemPool scope (use_mem_pool) routes allocations and
+        // nothing else. A graph capture is seen per allocation, when its stream is capturing (pool_for).
+        routes_.push_back({device, id, pool, std::move(filter), {}});
         routing_.store(true);
     }
     void endAllocateToPool(DeviceIndex device, MempoolId_t id) override
@@ -415,8 +516,12 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         std::lock_guard<std::mutex> g(pool_lock_);
         for (auto it = routes_.begin(); it != routes_.end(); ++it)
             if (it->device == device && it->id == id) {
+                std::set<cudaStream_t> captured = std::move(it->captured);
                 routes_.erase(it);
-                TORCH_CHECK(tide_capture_end(allocator_of(device)) == TIDE_OK, "tidepool: ", tide_last_error());
+                for (cudaStream_t stream : captured)
+                    TORCH_CHECK(tide_capture_end_stream(allocator_of(device), reinterpret_cast<tide_stream>(stream)) ==
+                                    TIDE_OK,
+                                "tidepool: ", tide_last_error());
                 break;
             }
         routing_.store(!routes_.empty());
@@ -454,14 +559,16 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
             pool = it->second;
         }
         size_t live = 0;
-        Json snap = snapshot_of(device);
-        for (auto &seg : snap["segments"].arr) {
-            if (seg["private_pool"].u64() != pool)
+        Snapshot snap = snapshot_of(device);
+        for (size_t i = 0; i < snap->nsegments; i++) {
+            const tide_snapshot_segment &seg = snap->segments[i];
+            if (seg.private_pool != pool)
                 continue;
-            for (auto &b : seg["blocks"].arr) {
-                if (b["state"].str != "active")
+            for (size_t k = seg.first_block; k < seg.first_block + seg.nblocks; k++) {
+                const tide_snapshot_block &b = snap->blocks[k];
+                if (b.state != TIDE_BLOCK_ACTIVE)
                     continue;
-                if (!expected.count(reinterpret_cast<void *>(b["address"].u64())))
+                if (!expected.count(reinterpret_cast<void *>(b.address)))
                     return false;
                 live++;
             }
@@ -474,8 +581,19 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
             return 0;
         std::lock_guard<std::mutex> g(pool_lock_);
         for (auto &r : routes_)
-            if (r.device == device && r.filter(stream))
+            if (r.device == device && r.filter(stream)) {
+                // A stream capturing a graph: tidepool holds its pending frees back (no fence query on
+                // it) and the device-wide steps until the capture ends; the rest of the device goes on.
+                cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+                if (!r.captured.count(stream) && cudaStreamIsCapturing(stream, &status) == cudaSuccess &&
+                    status == cudaStreamCaptureStatusActive) {
+                    TORCH_CHECK(tide_capture_begin_stream(allocator_of(device), reinterpret_cast<tide_stream>(stream)) ==
+                                    TIDE_OK,
+                                "tidepool: ", tide_last_error());
+                    r.captured.insert(stream);
+                }
                 return r.pool;
+            }
         return 0;
     }
     // cudagraph trees: a checkpoint is the pool's allocated blocks; setting it frees every block
@@ -521,14 +639,26 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         tide_allocator *t = allocator_of(device);
         cca::CheckpointDelta delta;
         size_t slot = device_slot(device);
+        bool tracing = recording_.load(std::memory_order_relaxed) || has_trackers_.load(std::memory_order_relaxed);
+        std::vector<std::pair<void *, size_t>> freed;
         for (auto &b : pool_blocks(t, state->pool)) {
             void *ptr = reinterpret_cast<void *>(b.ptr);
             delta.ptrs_freed.push_back(ptr);
             free_count_[slot][TIDE_POOL_ALL]++;
-            if (recording_.load(std::memory_order_relaxed))
-                record_free(ptr);
+            DeviceIndex d = device;
+            size_t size = b.requested;
+            if (tracing)
+                record_free(ptr, &d, &size);
+            freed.emplace_back(ptr, size);
         }
+        // The restore waits for the device, so every free is complete when it returns: said here once
+        // for each, not by the observer on the way.
+        restoring_ = true;
         tide_status s = tide_pool_restore(t, state->pool, state->blocks.data(), state->blocks.size());
+        restoring_ = false;
+        if (tracing)
+            for (auto &f : freed)
+                emit(cda::TraceEntry::FREE_COMPLETED, device, reinterpret_cast<size_t>(f.first), f.second, nullptr);
         TORCH_CHECK(s == TIDE_OK, "tidepool: setCheckpointPoolState: ", tide_last_error());
         for (auto &b : state->blocks) {
             void *ptr = reinterpret_cast<void *>(b.ptr);
@@ -556,30 +686,41 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
                     continue;
                 only = it->second;
             }
-            Json snap = snapshot_of(d);
+            // Before the history's lock: the observer takes it, and tidepool's calls under the pool lock
+            // may call the observer (pool lock, then history lock: never the other way).
+            std::map<tide_pool_id, MempoolId_t> torch_ids;
+            {
+                std::lock_guard<std::mutex> g(pool_lock_);
+                for (auto &kv : pools_)
+                    if (kv.first.first == d)
+                        torch_ids[kv.second] = kv.first.second;
+            }
+            Snapshot snap = snapshot_of(d);
             std::lock_guard<std::mutex> g(history_lock_);
-            for (auto &seg : snap["segments"].arr) {
-                tide_pool_id pool = seg["private_pool"].u64();
-                if (filter && pool != only)
+            for (size_t i = 0; i < snap->nsegments; i++) {
+                const tide_snapshot_segment &seg = snap->segments[i];
+                if (filter && seg.private_pool != only)
                     continue;
                 cda::SegmentInfo s;
                 s.device = d;
-                s.address = seg["address"].u64();
-                s.total_size = seg["size"].u64();
-                s.stream = reinterpret_cast<void *>(seg["stream"].u64());
-                s.is_large = seg["pool"].str == "large";
-                s.is_expandable = seg["expandable"].b;
-                s.owner_private_pool_id = torch_id_of(d, pool);
-                for (auto &b : seg["blocks"].arr) {
+                s.address = seg.address;
+                s.total_size = seg.size;
+                s.stream = reinterpret_cast<void *>(seg.stream);
+                s.is_large = seg.pool == TIDE_POOL_LARGE;
+                s.is_expandable = seg.expandable != 0;
+                s.owner_private_pool_id = torch_ids.count(seg.private_pool) ? torch_ids[seg.private_pool]
+                                                                             : MempoolId_t{0, 0};
+                for (size_t k = seg.first_block; k < seg.first_block + seg.nblocks; k++) {
+                    const tide_snapshot_block &b = snap->blocks[k];
                     cda::BlockInfo bi;
-                    bi.size = b["size"].u64();
-                    bi.requested_size = b["requested"].u64();
-                    bi.allocated = b["state"].str == "active";
-                    bi.active = bi.allocated || b["state"].str == "pending_free";
+                    bi.size = b.size;
+                    bi.requested_size = b.requested;
+                    bi.allocated = b.state == TIDE_BLOCK_ACTIVE;
+                    bi.active = b.state != TIDE_BLOCK_CACHED;
                     if (bi.allocated) {
                         s.allocated_size += bi.size;
                         s.requested_size += bi.requested_size;
-                        auto c = contexts_.find(reinterpret_cast<void *>(b["address"].u64()));
+                        auto c = contexts_.find(reinterpret_cast<void *>(b.address));
                         if (c != contexts_.end())
                             bi.context_when_allocated = c->second;
                     }
@@ -597,7 +738,19 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
                 if (e.device_ < ndev)
                     info.device_traces[e.device_].push_back(e);
         }
-        info.config_metadata.last_allocator_settings = "tidepool";
+        // The settings, as PyTorch's snapshot states them: tidepool's where it has one, PyTorch's
+        // defaults where it has none (tidepool rounds to 512 bytes, registers no pinned memory).
+        {
+            std::lock_guard<std::mutex> g(settings_lock_);
+            info.config_metadata.garbage_collection_threshold = settings_.gc_threshold;
+            info.config_metadata.max_split_size = settings_.max_split_size;
+            info.config_metadata.expandable_segments = expandable_;
+            info.config_metadata.last_allocator_settings = "tidepool:" + settings_.text;
+        }
+        info.config_metadata.pinned_num_register_threads = 1;
+        info.config_metadata.release_lock_on_malloc = false;
+        info.config_metadata.pinned_use_host_register = false;
+        info.config_metadata.roundup_power2_divisions.assign(64, 0);
         return info;
     }
     MempoolId_t torch_id_of(DeviceIndex device, tide_pool_id pool)
@@ -605,6 +758,12 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         if (pool == 0)
             return {0, 0};
         std::lock_guard<std::mutex> g(pool_lock_);
+        return torch_id_of_locked_pools(device, pool);
+    }
+    MempoolId_t torch_id_of_locked_pools(DeviceIndex device, tide_pool_id pool)
+    {
+        if (pool == 0)
+            return {0, 0};
         for (auto &kv : pools_)
             if (kv.first.first == device && kv.second == pool)
                 return kv.first.second;
@@ -636,14 +795,20 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         size_t slot = device_slot(device);
         if (action == cda::TraceEntry::ALLOC)
             count_alloc(slot, size);
-        if (!recording_.load(std::memory_order_relaxed) && trackers_.empty())
+        if (!recording_.load(std::memory_order_relaxed) && !has_trackers_.load(std::memory_order_relaxed))
             return;
         std::shared_ptr<c10::GatheredContext> ctx;
-        if (context_recorder_ && when_ != cda::RecordContext::NEVER)
-            ctx = context_recorder_();
-        cda::TraceEntry e(action, device, addr, size, stream, torch_id_of(device, pool),
-                          c10::getApproximateTime(), ctx);
-        for (auto &tracker : trackers_)
+        cda::CreateContextFn recorder = nullptr;
+        cda::RecordContext when = cda::RecordContext::NEVER;
+        {
+            std::lock_guard<std::mutex> g(history_lock_);
+            recorder = context_recorder_;
+            when = when_;
+        }
+        if (recorder && when != cda::RecordContext::NEVER)
+            ctx = recorder();
+        cda::TraceEntry e(action, device, addr, size, stream, torch_id_of(device, pool), c10::getApproximateTime(), ctx);
+        for (auto &tracker : trackers_copy())
             tracker(e);
         // Only while recording: record_free, which forgets these, runs only then.
         if (!recording_.load(std::memory_order_relaxed))
@@ -657,42 +822,81 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         while (trace_.size() > max_entries_)
             trace_.pop_front();
     }
-    void record_free(void *ptr)
+    // FREE_REQUESTED, before the free (as PyTorch records it); *device and *size: the allocation's.
+    void record_free(void *ptr, DeviceIndex *device, size_t *size)
     {
-        DeviceIndex device = 0;
-        size_t size = 0;
+        cda::CreateContextFn recorder = nullptr;
+        cda::RecordContext when = cda::RecordContext::NEVER;
         {
             std::lock_guard<std::mutex> g(history_lock_);
             auto it = sizes_.find(ptr);
             if (it != sizes_.end()) {
-                device = it->second.first;
-                size = it->second.second;
+                *device = it->second.first;
+                *size = it->second.second;
                 sizes_.erase(it);
+            } else {
+                *device = c10::cuda::current_device();
             }
             contexts_.erase(ptr);
+            recorder = context_recorder_;
+            when = when_;
         }
         std::shared_ptr<c10::GatheredContext> ctx;
-        if (context_recorder_ && when_ == cda::RecordContext::ALL)
-            ctx = context_recorder_();
+        if (recorder && when == cda::RecordContext::ALL)
+            ctx = recorder();
+        cda::TraceEntry e(cda::TraceEntry::FREE_REQUESTED, *device, reinterpret_cast<size_t>(ptr), *size, nullptr,
+                          MempoolId_t{0, 0}, c10::getApproximateTime(), ctx);
+        for (auto &tracker : trackers_copy())
+            tracker(e);
+        if (!recording_.load(std::memory_order_relaxed))
+            return;
         std::lock_guard<std::mutex> g(history_lock_);
-        trace_.emplace_back(cda::TraceEntry::FREE_REQUESTED, device, reinterpret_cast<size_t>(ptr), size, nullptr,
-                            MempoolId_t{0, 0}, c10::getApproximateTime(), ctx);
+        trace_.push_back(std::move(e));
         while (trace_.size() > max_entries_)
             trace_.pop_front();
     }
     void count_alloc(size_t slot, size_t size)
     {
-        int k = size <= (1u << 20) ? TIDE_POOL_SMALL : TIDE_POOL_LARGE;
+        int k = size <= (1u << 20) && !expandable_ ? TIDE_POOL_SMALL : TIDE_POOL_LARGE;
         alloc_count_[slot][TIDE_POOL_ALL]++;
         alloc_count_[slot][k]++;
+        requested_made_[slot][TIDE_POOL_ALL] += size;
+        requested_made_[slot][k] += size;
     }
+    // Observers and trackers may be attached while other threads allocate: each list is copied under
+    // its lock and called outside it (a tracker may take its own locks, or allocate).
     void attachOutOfMemoryObserver(cca::OutOfMemoryObserver observer) override
     {
+        std::lock_guard<std::mutex> g(hooks_lock_);
         oom_observers_.push_back(std::move(observer));
     }
     void attachAllocatorTraceTracker(cda::AllocatorTraceTracker tracker) override
     {
+        std::lock_guard<std::mutex> g(hooks_lock_);
         trackers_.push_back(std::move(tracker));
+        has_trackers_.store(true);
+    }
+    std::vector<cca::OutOfMemoryObserver> observers_copy()
+    {
+        std::lock_guard<std::mutex> g(hooks_lock_);
+        return oom_observers_;
+    }
+    std::vector<cda::AllocatorTraceTracker> trackers_copy()
+    {
+        if (!has_trackers_.load(std::memory_order_relaxed))
+            return {};
+        std::lock_guard<std::mutex> g(hooks_lock_);
+        return trackers_;
+    }
+
+    // What PyTorch's snapshot states as its settings, from the configuration tidepool runs with.
+    void set_settings(const std::string &text, bool expandable, double gc_threshold, size_t max_split)
+    {
+        std::lock_guard<std::mutex> g(settings_lock_);
+        settings_.text = text;
+        settings_.gc_threshold = gc_threshold;
+        settings_.max_split_size = max_split;
+        expandable_ = expandable;
     }
 
     // -- devices and IPC --------------------------------------------------------------------------------
@@ -716,6 +920,9 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     }
     cca::ShareableHandle shareIpcHandle(void *ptr) override
     {
+        TORCH_CHECK(!expandable_, "tidepool: tensors in expandable segments cannot be shared between processes "
+                                  "under tidepool yet (PyTorch's expandable-segment handles are not supported); run the "
+                                  "sending process with expandable_segments:False (TIDEPOOL_CONF or PYTORCH_ALLOC_CONF)");
         uintptr_t base = 0;
         size_t size = 0;
         tide_status s = tide_segment_of(allocator_of(c10::cuda::current_device()), ptr, &base, &size);
@@ -729,18 +936,40 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         std::memcpy(&text[2], &handle, sizeof handle);
         return {static_cast<ptrdiff_t>(reinterpret_cast<uintptr_t>(ptr) - base), text};
     }
+    // CUDA opens a sender's segment once per process: a second cudaIpcOpenMemHandle of the same handle
+    // fails. So each segment is opened once, shared by every tensor received from it (each holds the
+    // shared pointer), and closed with the last of them.
     std::shared_ptr<void> getIpcDevPtr(std::string text) override
     {
         cudaIpcMemHandle_t handle;
         const char *raw = text.data();
+        TORCH_CHECK(!(text.size() >= 2 && text[1] == 'e'),
+                    "tidepool: getIpcDevPtr: the sender shared a tensor of an expandable segment, which tidepool "
+                    "cannot open yet; run the sending process with expandable_segments:False");
         if (text.size() == 2 + sizeof handle && text[1] == 'c')
             raw += 2;
         else
             TORCH_CHECK(text.size() == sizeof handle, "tidepool: getIpcDevPtr: not a CUDA IPC handle");
         std::memcpy(&handle, raw, sizeof handle);
+        std::string key(reinterpret_cast<const char *>(&handle), sizeof handle);
+        key += static_cast<char>(c10::cuda::current_device());
+        std::lock_guard<std::mutex> g(ipc_lock_);
+        auto it = ipc_opened_.find(key);
+        if (it != ipc_opened_.end())
+            if (auto open = it->second.lock())
+                return open;
         void *p = nullptr;
         C10_CUDA_CHECK(cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess));
-        return std::shared_ptr<void>(p, [](void *q) { (void)cudaIpcCloseMemHandle(q); });
+        // Closed under the same lock as opening, so a segment is never opened again before it is closed.
+        std::shared_ptr<void> open(p, [this, key](void *q) {
+            std::lock_guard<std::mutex> lock(ipc_lock_);
+            auto found = ipc_opened_.find(key);
+            if (found != ipc_opened_.end() && found->second.expired())
+                ipc_opened_.erase(found);
+            (void)cudaIpcCloseMemHandle(q);
+        });
+        ipc_opened_[key] = open;
+        return open;
     }
 
   private:
@@ -749,13 +978,28 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         MempoolId_t id;
         tide_pool_id pool;
         std::function<bool(cudaStream_t)> filter;
+        std::set<cudaStream_t> captured; // streams seen capturing: a tidepool capture each, until the end
     };
-    static constexpr size_t kDevices = 64;
+    struct Settings {
+        std::string text;
+        double gc_threshold = 0;
+        size_t max_split_size = SIZE_MAX;
+    };
     size_t device_slot(DeviceIndex d) const { return static_cast<size_t>(d) % kDevices; }
     tide_stats &base(DeviceIndex d) { return base_[device_slot(d)]; }
 
-    bool enabled_ = true;
+    std::atomic<bool> enabled_{true};
+    std::mutex settings_lock_; // the fractions and the settings: torch may set them while others allocate
     std::vector<double> fraction_;
+    Settings settings_;
+    std::atomic<bool> expandable_{false};
+    std::mutex uncached_lock_;
+    std::set<void *> uncached_;
+    std::mutex ipc_lock_;
+    std::map<std::string, std::weak_ptr<void>> ipc_opened_;
+    std::mutex hooks_lock_;
+    std::atomic<bool> has_trackers_{false};
+    std::unordered_map<void *, std::pair<DeviceIndex, size_t>> pending_sizes_;
     std::mutex pool_lock_;
     std::map<std::pair<DeviceIndex, MempoolId_t>, tide_pool_id> pools_;
     std::vector<Route> routes_;
@@ -774,6 +1018,10 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     tide_stats base_[kDevices] = {};
     std::atomic<uint64_t> alloc_count_[kDevices][TIDE_POOL_COUNT] = {};
     std::atomic<uint64_t> free_count_[kDevices][TIDE_POOL_COUNT] = {};
+    std::atomic<uint64_t> requested_made_[kDevices][TIDE_POOL_COUNT] = {};
+    int64_t requested_base_[kDevices][TIDE_POOL_COUNT] = {};
+    std::atomic<uint64_t> segments_made_[kDevices] = {}, segments_gone_[kDevices] = {};
+    std::atomic<uint64_t> reserved_made_[kDevices] = {}, reserved_gone_[kDevices] = {};
 };
 
 std::shared_ptr<TidepoolAllocator> instance;
@@ -784,20 +1032,50 @@ void free_block(void *ptr)
         instance->free_ptr(ptr);
 }
 
-void enable(const std::string &config)
+void on_core_event(void *ctx, const tide_event *e)
+{
+    if (instance)
+        instance->core_event(static_cast<DeviceIndex>(reinterpret_cast<intptr_t>(ctx)), e);
+}
+
+// config: the whole configuration tidepool runs with (tidepool.torch.enable joins TIDEPOOL_CONF, its
+// argument and PyTorch's keys), and what it says of the settings PyTorch's snapshot reports.
+void enable(const std::string &config, bool expandable, double gc_threshold, int64_t max_split_size)
 {
     TORCH_CHECK(!devices, "tidepool is already PyTorch's allocator in this process");
     tide_devices *set = nullptr;
     tide_status s = tide_devices_create(config.empty() ? nullptr : config.c_str(), &set);
     TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
+    auto made = std::make_shared<TidepoolAllocator>();
+    made->set_settings(config, expandable, gc_threshold,
+                       max_split_size > 0 ? static_cast<size_t>(max_split_size) : SIZE_MAX);
+    instance = made;
     devices = set;
-    instance = std::make_shared<TidepoolAllocator>();
     instance->init(c10::cuda::device_count());
     // Installs it as CUDA's allocator and as c10::GetAllocator(kCUDA); refuses once CUDA is in use.
     torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(instance);
 }
 
 // ---- tidepool's own calls, beside torch's -----------------------------------------------------------
+
+std::pair<std::string, std::string> config_from_pytorch(const std::string &pytorch, const std::string &tidepool)
+{
+    char *out = nullptr, *ignored = nullptr;
+    tide_status s = tide_config_from_pytorch(pytorch.c_str(), tidepool.c_str(), &out, &ignored);
+    TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
+    std::pair<std::string, std::string> result(out, ignored);
+    tide_string_free(out);
+    tide_string_free(ignored);
+    return result;
+}
+
+// torch.cuda.memory._set_allocator_settings("per_process_memory_fraction:F"), once enabled.
+void set_memory_fraction(double fraction)
+{
+    TORCH_CHECK(instance, "tidepool is not enabled");
+    for (int d = 0; d < c10::cuda::device_count(); d++)
+        instance->setMemoryFraction(fraction, static_cast<DeviceIndex>(d));
+}
 
 std::string take_text(tide_status s, char *text)
 {
@@ -873,7 +1151,11 @@ std::string leak_report(int device)
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
 {
-    m.def("enable", &enable, "make tidepool PyTorch's CUDA allocator (config string, may be empty)");
+    m.def("enable", &enable, "make tidepool PyTorch's CUDA allocator (config string, may be empty; expandable, "
+          "gc threshold, max split size: the settings PyTorch's snapshot reports)");
+    m.def("config_from_pytorch", &config_from_pytorch,
+          "PyTorch's allocator configuration in tidepool's terms: (config, ignored keys)");
+    m.def("set_memory_fraction", &set_memory_fraction);
     m.def("stats_json", &stats_json, "tidepool's statistics of one device, as JSON");
     m.def("check", &check, "tide_check on one device's allocator");
     m.def("set_limit", &set_limit);

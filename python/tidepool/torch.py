@@ -21,6 +21,7 @@ import collections
 import json
 import os
 import threading
+import warnings
 
 import torch
 
@@ -46,14 +47,102 @@ def _build_shim():
     )
 
 
+# The PyTorch releases the C++ hooks are written against (README.md, Using it with PyTorch).
+OLDEST_TORCH = (2, 8)
+
+
+def _torch_version():
+    parts = torch.__version__.split("+")[0].split(".")
+    try:
+        return tuple(int(p) for p in parts[:2])
+    except ValueError:
+        return OLDEST_TORCH
+
+
+def _pytorch_conf():
+    """PyTorch's allocator configuration from the environment: PYTORCH_ALLOC_CONF, else the older
+    PYTORCH_CUDA_ALLOC_CONF."""
+    return os.environ.get("PYTORCH_ALLOC_CONF") or os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or ""
+
+
+def _settings(text):
+    """What a tidepool configuration says of the settings PyTorch's snapshot reports."""
+    keys = {}
+    for item in text.split(","):
+        key, _, value = item.partition(":")
+        if key.strip():
+            keys[key.strip()] = value.strip()
+    expandable = keys.get("expandable_segments", "False").lower() in ("true", "1")
+    gc = float(keys.get("garbage_collection_threshold", "0") or 0)
+    max_split = int(keys.get("max_split_size_mb", "0") or 0) << 20
+    return expandable, gc, max_split
+
+
+def _configuration(shim, config):
+    """The configuration tidepool runs with: TIDEPOOL_CONF and config (tidepool's own), and the keys
+    of PyTorch's allocator configuration that have a tidepool meaning and that tidepool's own does not
+    set (tidepool's wins). PyTorch's keys that tidepool ignores are named in one warning."""
+    own = ",".join(x for x in (os.environ.get("TIDEPOOL_CONF", ""), config or "") if x)
+    mapped, ignored = shim.config_from_pytorch(_pytorch_conf(), own)
+    if ignored:
+        warnings.warn("tidepool: PyTorch's allocator settings %s have no meaning under tidepool and are "
+                      "ignored" % ", ".join(ignored.split(",")), RuntimeWarning, stacklevel=3)
+    # TIDEPOOL_CONF is read by tidepool itself; what is passed here wins over it, and holds no key it sets.
+    passed = ",".join(x for x in (mapped, config or "") if x)
+    return passed, ",".join(x for x in (mapped, own) if x)
+
+
+_warned_settings = set()
+
+
+def _follow_allocator_settings():
+    """torch.cuda.memory._set_allocator_settings(text) goes on to PyTorch as before, and what tidepool
+    can change while it runs follows it: per_process_memory_fraction sets tidepool's limit on every
+    device. The keys tidepool fixes at enable() (expandable_segments, garbage_collection_threshold,
+    max_split_size_mb) and those it ignores are named in one warning each."""
+    memory = torch.cuda.memory
+    original = getattr(memory, "_set_allocator_settings", None)
+    if original is None or getattr(original, "_tidepool", False):
+        return
+
+    def set_allocator_settings(env):
+        original(env)
+        mapped, ignored = _shim.config_from_pytorch(env, "")
+        fixed = []
+        for item in filter(None, mapped.split(",")):
+            key, _, value = item.partition(":")
+            if key == "limit":
+                _shim.set_memory_fraction(float(value))
+            else:
+                fixed.append(key)
+        for kind, keys in (("are fixed when tidepool.torch.enable() runs (use TIDEPOOL_CONF or "
+                            "PYTORCH_ALLOC_CONF)", fixed), ("have no meaning under tidepool and are ignored",
+                                                           [k for k in ignored.split(",") if k])):
+            new = [k for k in keys if k not in _warned_settings]
+            if new:
+                _warned_settings.update(new)
+                warnings.warn("tidepool: _set_allocator_settings: %s %s" % (", ".join(new), kind),
+                              RuntimeWarning, stacklevel=2)
+
+    set_allocator_settings._tidepool = True
+    memory._set_allocator_settings = set_allocator_settings
+
+
 def enable(config=None):
     """Makes tidepool the allocator of every CUDA device in this process.
 
     config is tidepool's configuration string ("limit:0.9,max_split_size_mb:256"; TIDEPOOL_CONF in the
-    environment is read too, this argument wins). Must be called before the first CUDA allocation.
+    environment is read too, this argument wins). PyTorch's own allocator configuration
+    (PYTORCH_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF) is honoured where tidepool has the key
+    (expandable_segments, garbage_collection_threshold, max_split_size_mb, per_process_memory_fraction)
+    and tidepool's own configuration does not set it; the other keys are named in one warning.
+    Must be called before the first CUDA allocation.
     """
     global _shim
     config = _lib.text_arg(config, "tidepool.torch.enable: config")
+    if _torch_version() < OLDEST_TORCH:
+        raise RuntimeError("tidepool.torch needs PyTorch %d.%d or later; this is %s"
+                           % (OLDEST_TORCH + (torch.__version__,)))
     with _lock:
         if _shim is not None:
             raise RuntimeError("tidepool.torch.enable() was already called in this process")
@@ -63,8 +152,9 @@ def enable(config=None):
                 "already initialized in this process, and PyTorch cannot change its allocator once "
                 "it has one. Call it right after `import torch`, before any tensor goes to the GPU.")
         shim = _build_shim()
+        passed, effective = _configuration(shim, config)
         try:
-            shim.enable(config or "")
+            shim.enable(passed, *_settings(effective))
         except RuntimeError as e:
             if "initialized allocator" in str(e):
                 raise RuntimeError(
@@ -72,6 +162,7 @@ def enable(config=None):
                     "PyTorch's allocator is already in use (%s)" % e) from None
             raise
         _shim = shim
+        _follow_allocator_settings()
 
 
 def is_enabled():

@@ -361,6 +361,197 @@ feature("allocator_backend", "torch.cuda.get_allocator_backend() names the alloc
     assert name == want, name
 """)
 
+# ---- what downstream code expects of the allocator -----------------------------------------------------
+
+feature("oom_halves_batch", "accelerate's find_executable_batch_size halves the batch on running out "
+        "(the text says \" out of memory.\" after PyTorch's first sentence)")("""
+    total = torch.cuda.get_device_properties(0).total_memory
+    tried = []
+
+    def step(batch_size):
+        tried.append(batch_size)
+        x = torch.empty(batch_size * (total // 16), dtype=torch.uint8, device="cuda")  # 16: all of it
+        del x
+        return batch_size
+
+    try:
+        torch.empty(total * 2, dtype=torch.uint8, device="cuda")
+        raise AssertionError("no error")
+    except torch.cuda.OutOfMemoryError as e:
+        text = str(e)
+        assert len(e.args) == 1, e.args
+        assert text.startswith("CUDA out of memory. Tried to allocate "), text[:200]
+        assert " out of memory." in text and "has a total capacity of" in text, text[:300]
+    try:
+        from accelerate.utils import find_executable_batch_size
+    except ImportError:
+        raise SystemExit("accelerate is not installed: pip install accelerate")
+    result = find_executable_batch_size(step, starting_batch_size=64)()
+    print("tried", tried)
+    assert tried[:3] == [64, 32, 16], tried
+    assert result == tried[-1] and result <= 8, (result, tried)
+""")
+
+feature("memory_viz_timeline", "_memory_viz renders a history whose allocations free (free_completed, "
+        "also after record_stream) and whose segments come and go (cudaMalloc / cudaFree)")("""
+    from torch.cuda import _memory_viz
+    torch.cuda.memory._record_memory_history(max_entries=100000)
+    side = torch.cuda.Stream()
+    x = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+    y = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+    with torch.cuda.stream(side):
+        y.add_(1)
+    y.record_stream(side)
+    del x, y                       # y's free completes once side is done with it
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()       # drains, then gives the segments back
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    trace = [e for t in snap["device_traces"] for e in t]
+    allocs = [e["addr"] for e in trace if e["action"] == "alloc"]
+    completed = [e["addr"] for e in trace if e["action"] == "free_completed"]
+    assert len(allocs) >= 2 and all(a in completed for a in allocs), (allocs, completed)
+    assert any(e["action"] == "segment_alloc" for e in trace), [e["action"] for e in trace]
+    assert any(e["action"] == "segment_free" for e in trace), [e["action"] for e in trace]
+    text = _memory_viz.trace(snap)
+    print(text[-2000:])
+    assert text.count("# free completed for") >= 2, text
+    assert "cudaMalloc(" in text and "cudaFree(" in text, text
+""")
+
+feature("ipc_two_tensors_one_segment", "two tensors from one sender segment arrive in a spawned child, "
+        "and a third after the first two are gone")("""
+    import torch.multiprocessing as mp
+
+    def child(q, done):
+        a, b = q.get()
+        done.put((float(a.sum()), float(b.sum())))
+        del a, b
+        c = q.get()
+        done.put(float(c.sum()))
+
+    if __name__ == "__main__":
+        ctx = mp.get_context("spawn")
+        q, done = ctx.Queue(), ctx.Queue()
+        p = ctx.Process(target=child, args=(q, done))
+        p.start()
+        a = torch.arange(1000, dtype=torch.float32, device="cuda")
+        b = torch.full((1000,), 2.0, device="cuda")  # small: the same 2 MiB segment as a
+        q.put((a, b))
+        got = done.get(timeout=120)
+        assert got == (float(a.sum()), 2000.0), got
+        c = torch.full((1000,), 3.0, device="cuda")
+        q.put(c)
+        assert done.get(timeout=120) == 3000.0
+        p.join(timeout=60)
+        assert p.exitcode == 0, p.exitcode
+""")
+
+feature("trace_tracker_segments", "an allocator trace tracker (as ProcessGroupNCCL registers for NCCL) hears "
+        "segments reserved and freed")("""
+    from torch.utils.cpp_extension import load_inline
+    src = '''
+    #include <torch/extension.h>
+    #include <c10/cuda/CUDACachingAllocator.h>
+    #include <atomic>
+    static std::atomic<long> seen[4];
+    void attach() {
+        c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker(
+            [](const c10::cuda::CUDACachingAllocator::TraceEntry &e) {
+                using A = c10::cuda::CUDACachingAllocator::TraceEntry::Action;
+                if (e.action_ == A::SEGMENT_ALLOC) seen[0]++;
+                if (e.action_ == A::SEGMENT_FREE) seen[1]++;
+                if (e.action_ == A::SEGMENT_MAP) seen[2]++;
+                if (e.action_ == A::SEGMENT_UNMAP) seen[3]++;
+            });
+    }
+    std::vector<long> counts() { return {seen[0].load(), seen[1].load(), seen[2].load(), seen[3].load()}; }
+    '''
+    probe = load_inline("trace_tracker_probe", cpp_sources=src, functions=["attach", "counts"], with_cuda=True)
+    torch.cuda.init()
+    probe.attach()
+    x = torch.empty(30 << 20, dtype=torch.uint8, device="cuda")
+    del x
+    torch.cuda.empty_cache()
+    made, gone, maps, unmaps = probe.counts()
+    print("segment_alloc", made, "segment_free", gone, "map", maps, "unmap", unmaps)
+    assert made + maps >= 1 and gone + unmaps >= 1, probe.counts()
+""")
+
+feature("empty_cache_in_mem_pool", "torch.cuda.empty_cache() inside use_mem_pool works, and the rest of the "
+        "device drains and releases meanwhile")("""
+    side = torch.cuda.Stream()
+    outside = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    with torch.cuda.stream(side):
+        outside.add_(1)
+    outside.record_stream(side)
+    del outside                    # pending until side is done
+    torch.cuda.synchronize()
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        x = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+        before = torch.cuda.memory_reserved()
+        torch.cuda.empty_cache()   # must not raise; the 64 MiB outside the pool goes back
+        after = torch.cuda.memory_reserved()
+        assert after <= before - (64 << 20), (before, after)
+        y = torch.empty(1 << 20, device="cuda")
+        del y
+    del x
+    del pool
+    torch.cuda.empty_cache()
+""")
+
+feature("record_stream_foreign", "record_stream on memory the allocator does not own (a tensor over "
+        "__cuda_array_interface__, as from another library) is skipped")("""
+    base = torch.zeros(4096, dtype=torch.uint8, device="cuda")
+
+    class Foreign:
+        __cuda_array_interface__ = {"shape": (1024,), "typestr": "|u1",
+                                    "data": (base.data_ptr() + 512, False), "version": 3}
+
+    t = torch.as_tensor(Foreign(), device="cuda")
+    assert t.data_ptr() == base.data_ptr() + 512
+    side = torch.cuda.Stream()
+    t.record_stream(side)          # PyTorch skips what its allocator did not hand out
+    del t
+    torch.cuda.synchronize()
+""")
+
+feature("pytorch_alloc_conf", "PYTORCH_ALLOC_CONF is honoured (expandable_segments) and keys without a "
+        "meaning are named in a warning")("""
+    import os
+    import subprocess
+    body = (
+        "import warnings\\n"
+        "warnings.simplefilter('always')\\n"
+        "x = torch.empty(8 << 20, dtype=torch.uint8, device='cuda')\\n"
+        "segs = torch.cuda.memory._snapshot()['segments']\\n"
+        "assert segs and all(s['is_expandable'] for s in segs), segs\\n"
+        "print('expandable ok')\\n")
+    head = "import sys\\nsys.path[:0] = %r\\nimport torch\\n" % (sys.path,)
+    if "tidepool" in sys.modules:
+        head += "import tidepool.torch\\ntidepool.torch.enable()\\n"
+    env = dict(os.environ, PYTORCH_ALLOC_CONF="expandable_segments:True,roundup_power2_divisions:4")
+    r = subprocess.run([sys.executable, "-c", head + body], env=env, capture_output=True, text=True, timeout=300)
+    print(r.stdout, r.stderr)
+    assert r.returncode == 0 and "expandable ok" in r.stdout
+    if "tidepool" in sys.modules:
+        assert "roundup_power2_divisions" in r.stderr and "ignored" in r.stderr, r.stderr
+""")
+
+feature("caching_allocator_disabled", "torch.cuda.caching_allocator_enable(False) passes allocations to the "
+        "driver, and True brings the cache back")("""
+    torch.cuda.caching_allocator_enable(False)
+    x = torch.ones(1 << 20, device="cuda")
+    assert float(x.sum()) == 1 << 20
+    x.record_stream(torch.cuda.Stream())
+    del x
+    torch.cuda.caching_allocator_enable(True)
+    y = torch.ones(1 << 20, device="cuda")
+    assert float(y.sum()) == 1 << 20
+    assert torch.cuda.memory_allocated() >= 4 << 20
+""")
+
 
 def run_one(name, mode, timeout):
     what, body = FEATURES[name]
