@@ -1,7 +1,8 @@
 # tidepool: the two commands a new user needs.
 #   make demo    build, then replay a real training trace through tidepool on the simulated device
 #   make check   build, then run the test suite (about 5 minutes on 2 cores; make check-long: the long sweeps)
-# Other targets: make build, make check-sanitize (ASan+UBSan), make check-tsan (ThreadSanitizer),
+# Other targets: make build, make check-long (the long sweeps), make docs-figures (README's figures
+# from the commands), make check-sanitize (ASan+UBSan), make check-tsan (ThreadSanitizer),
 # make check-valgrind (memcheck), make fuzz (libFuzzer, FUZZ_SECONDS), make coverage (lines the tests
 # run, per file), make check-speed (the hot path's instructions within bench/callgrind_budget.txt),
 # make lint (cppcheck), make gpu-check, make install (PREFIX, default /usr/local), make clean.
@@ -20,7 +21,7 @@ CMAKE_FLAGS ?=
 PREFIX ?= /usr/local
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build demo check check-long check-speed check-sanitize check-tsan check-valgrind fuzz coverage lint gpu-check install deps clean
+.PHONY: all build demo docs-figures check check-long check-speed check-sanitize check-tsan check-valgrind fuzz coverage lint gpu-check install deps clean
 
 all: build
 
@@ -39,6 +40,13 @@ demo: deps
 	@cmake -S . -B $(BUILD) -DTIDE_WERROR=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target tidepool_cli
 	$(BUILD)/tidepool replay traces/seed_transformer.csv.gz
+
+# README.md's figures and pictures that tidepool's commands give (scripts/docs_figures.py), written
+# again: after a change of the allocator's policy, the test docs_figures_current says to run this.
+docs-figures: deps
+	@cmake -S . -B $(BUILD) -DTIDE_WERROR=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target tidepool_cli
+	python3 scripts/docs_figures.py --tool $(BUILD)/tidepool
 
 # ctest's summary names the skipped tests; skip_reasons.sh adds why (each prints "skipped: WHY").
 # The tests labelled long (the full fault sweep, the recorded loops thousands of steps long) are

@@ -41,9 +41,12 @@ static void usage(FILE *f)
           "  --json                print a machine-readable summary instead\n"
           "  --passes N            replay each trace N times back to back (a long run); default 1\n"
           "  --empty-cache-every N call tide_empty_cache every N operations; default never\n"
-          "  --device-work MODE    refs: each allocation is used by a simulated kernel that holds a\n"
-          "                        reference until it completes (frees before then go pending);\n"
-          "                        none: no kernels. Default refs\n"
+          "  --device-work MODE    none: no kernels, a free is reusable at once, as on one CUDA\n"
+          "                        stream (the setting of the figures README.md and\n"
+          "                        docs/performance.md give; the same every run). refs: each\n"
+          "                        allocation is used by a simulated kernel that holds a reference\n"
+          "                        until it completes, so frees go pending and the peaks depend on\n"
+          "                        the kernels' timing, which varies from run to run. Default none\n"
           "  --kernel-delay-us N   a kernel completes N microseconds after launch; default 20\n"
           "  --inflight N          kernels a stream holds before the host waits (the launch\n"
           "                        queue); default 64\n"
@@ -175,7 +178,8 @@ static void print_summary(FILE *f, const char *path, const char *conf, const str
         fprintf(f, "  device work: each allocation is used by a kernel that holds a reference until "
                 "it completes, %u us after launch\n", o->kernel_delay_us);
     else
-        fprintf(f, "  device work: none\n");
+        fprintf(f, "  device work: none: a free is reusable at once, as on one CUDA stream (the figures of\n"
+                "  README.md and docs/performance.md); --device-work refs has kernels hold each block\n");
     fprintf(f, "\n");
     fprintf(f, "  peak live            %12s   allocated by the program and not yet freed\n",
             human_bytes(r->peak_live_bytes, a));
@@ -189,9 +193,10 @@ static void print_summary(FILE *f, const char *path, const char *conf, const str
     fputc('\n', f);
     fprintf(f, "  device allocations   %12llu   device frees %llu (tide_empty_cache included)\n",
             (unsigned long long)r->device_allocs, (unsigned long long)r->device_frees);
-    fprintf(f, "  pending frees        %12llu   blocks freed while the device still used them, all "
-            "drained (peak %llu at once)\n", (unsigned long long)r->pending_drained,
-            (unsigned long long)r->peak_pending_blocks);
+    if (o->work == REPLAY_WORK_REFS || r->pending_drained)
+        fprintf(f, "  pending frees        %12llu   blocks freed while the device still used them, all "
+                "drained (peak %llu at once)\n", (unsigned long long)r->pending_drained,
+                (unsigned long long)r->peak_pending_blocks);
     fprintf(f, "  time                 %10.3f s   %.0f ns per operation%s\n", r->seconds, r->ns_per_op,
             o->work == REPLAY_WORK_REFS ? " (simulated kernels included)" : "");
     if (r->passes > 1) {
@@ -557,7 +562,9 @@ static int cmd_replay(int argc, char **argv, bool plot)
 {
     struct replay_cli cli = {.plot = plot, .name = plot ? "tidepool plot" : "tidepool replay", .chart = true,
                              .progress = true};
-    cli.o.work = REPLAY_WORK_REFS;
+    /* No device work by default: the peaks are then the trace's and the policy's alone, the same
+     * every run and the same as on one CUDA stream, which is what the documented figures are. */
+    cli.o.work = REPLAY_WORK_NONE;
     cli.o.kernel_delay_us = 20;
     cli.o.queue_depth = 64;
     cli.o.timeline_points = 256;
