@@ -6,7 +6,7 @@
 set -eu
 tool=$1 trace=$2 out=$3
 browser=$(command -v chromium || command -v chromium-browser || true)
-[ -n "$browser" ] || { echo "skipped: no chromium"; exit 77; }
+[ -n "$browser" ] || { echo "skipped: Chromium, which draws the plot here, is not installed (scripts/install-deps.sh plot)"; exit 77; }
 mkdir -p "$out"
 "$tool" plot --device-work none "$trace" -o "$out/plot.svg"
 grep -q "<polygon" "$out/plot.svg" || { echo "no chart in the SVG"; exit 1; }

@@ -290,8 +290,10 @@ def devices_free_on(devices, ptr, stream):
 
 
 class OutOfMemory(MemoryError):
-    """The device has no room for the allocation (tidepool's message says what it holds)."""
+    """The device has no room for the allocation (tidepool's message says what it holds). device names
+    the device as the message begins: "CUDA" for a GPU, "simulated device" for tidepool.sim, which is no
+    CUDA device; the words " out of memory." stay, which frameworks' callers look for."""
 
-    def __init__(self, size, message):
-        super().__init__("CUDA out of memory (tidepool) allocating %d bytes. %s" % (size, message))
+    def __init__(self, size, message, device="CUDA"):
+        super().__init__("%s out of memory (tidepool) allocating %d bytes. %s" % (device, size, message))
         self.size = size

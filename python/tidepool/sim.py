@@ -89,7 +89,7 @@ class SimulatedDevice:
             self._leave()
         # the message is this thread's own (tide_last_error is per thread), so reading it after is safe
         if status == _lib.TIDE_ENOMEM:
-            raise _lib.OutOfMemory(size, L.tide_last_error().decode(errors="replace"))
+            raise _lib.OutOfMemory(size, L.tide_last_error().decode(errors="replace"), "simulated device")
         _lib.check(status, "tide_malloc of %d bytes" % size)
         return out.value
 

@@ -10,14 +10,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-try:
-    from cuda.core import Device
-    import cupy
-    if cupy.cuda.runtime.getDeviceCount() == 0:
-        raise RuntimeError("no device")
-except Exception as e:  # noqa: BLE001 - any failure here means there is nothing to test on
-    print("skipped: no cuda.core, no CuPy or no GPU (%s)" % e)
-    sys.exit(77)
+import needs  # noqa: E402
+
+needs.modules(("cuda.core", "cuda.core"), ("cupy", "CuPy"))
+from cuda.core import Device  # noqa: E402
+import cupy  # noqa: E402
+needs.gpu(cupy.cuda.runtime.getDeviceCount, "CuPy")
 
 import late_write  # noqa: E402
 import tidepool.cuda_core  # noqa: E402

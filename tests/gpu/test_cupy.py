@@ -9,13 +9,12 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
-try:
-    import cupy
-    if cupy.cuda.runtime.getDeviceCount() == 0:
-        raise RuntimeError("no device")
-except Exception as e:  # noqa: BLE001 - any failure here means there is nothing to test on
-    print("skipped: no CuPy or no GPU (%s)" % e)
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import needs  # noqa: E402
+
+needs.modules(("cupy", "CuPy"))
+import cupy  # noqa: E402
+needs.gpu(cupy.cuda.runtime.getDeviceCount, "CuPy")
 
 import tidepool.cupy as tc  # noqa: E402
 

@@ -14,15 +14,14 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 os.environ["NUMBA_CUDA_MEMORY_MANAGER"] = "tidepool.numba"
 os.environ["PYTHONPATH"] = os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", "")
 
-try:
-    import numpy as np
-    import cupy
-    from numba import cuda
-    if not cuda.is_available() or len(cuda.gpus) == 0:
-        raise RuntimeError("no CUDA device for numba")
-except Exception as e:  # noqa: BLE001 - any failure here means there is nothing to test on
-    print("skipped: no numba-cuda, no CuPy or no GPU (%s)" % e)
-    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import needs  # noqa: E402
+
+needs.modules(("numpy", "numpy"), ("cupy", "CuPy"), ("numba.cuda", "numba-cuda"))
+import numpy as np  # noqa: E402
+import cupy  # noqa: E402
+from numba import cuda  # noqa: E402
+needs.gpu(lambda: len(cuda.gpus) if cuda.is_available() else 0, "numba-cuda")
 
 import tidepool.numba as tn  # noqa: E402
 
