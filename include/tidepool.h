@@ -436,6 +436,16 @@ TIDE_API tide_status tide_set_limit_fraction(tide_allocator *t, double fraction)
 typedef uint64_t tide_pool_id;
 
 TIDE_API tide_status tide_pool_create(tide_allocator *t, tide_pool_id *out);
+/* A pool whose segments come from backend's reserve and release (copied; its ctx must outlive the
+ * allocator), with tidepool's caching on top: PyTorch's MemPool(allocator=...), whose allocator is
+ * ncclMemAlloc, symmetric memory or another program's pool. Only the table's name, ctx, reserve and
+ * release are used: fences, synchronize and memory information stay the allocator's, so the memory
+ * must be the same device's. Each segment goes back through the table that reserved it, whatever
+ * releases it (tide_empty_cache, the ladder, tide_destroy). TIDE_EUNSUPPORTED under
+ * expandable_segments:True (such a pool reserves whole segments); TIDE_EINVAL for a table without
+ * reserve or release. */
+TIDE_API tide_status tide_pool_create_with_backend(tide_allocator *t, const tide_backend *backend,
+                                                   tide_pool_id *out);
 TIDE_API tide_status tide_pool_retain(tide_allocator *t, tide_pool_id pool);
 TIDE_API tide_status tide_pool_release(tide_allocator *t, tide_pool_id pool);
 /* The pool's use count now (0 once released). TIDE_EINVAL if pool was never created. */

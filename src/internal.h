@@ -409,9 +409,12 @@ void lifecycle_destroy_fences(struct heap *h);
 /* All under the pressure lock. */
 struct segment *segment_struct(tide_allocator *t);
 void segment_struct_recycle(tide_allocator *t, struct segment *seg);
-/* Reserves a segment of size bytes for pool, within the limit, and enters it in the segment map.
- * TIDE_ENOMEM without a message when the limit or the device says no; other errors with a message. */
-tide_status segment_reserve(tide_allocator *t, enum pool_kind pool, size_t size, struct segment **out);
+/* Reserves a segment of size bytes for pool, within the limit, from backend `from` (NULL: the
+ * allocator's; a private pool's own table otherwise, which the segment remembers for its release), and
+ * enters it in the segment map. TIDE_ENOMEM without a message when the limit or the device says no;
+ * other errors with a message. */
+tide_status segment_reserve(tide_allocator *t, const tide_backend *from, enum pool_kind pool, size_t size,
+                            struct segment **out);
 /* After the backend took a detached wholly free segment (or run) back: its block struct goes to heap h,
  * the segment struct to the spares. Takes h's lock. */
 void segment_released(tide_allocator *t, struct heap *h, struct segment *seg);

@@ -15,7 +15,15 @@
 #include <unistd.h>
 #endif
 
+/* A pool's own backend table (tide_pool_create_with_backend), copied; kept until tide_destroy, so
+ * that a segment reserved through it can always be given back through it. */
+struct pool_backend {
+    tide_backend table;
+    struct pool_backend *next;
+};
+
 struct private_pool {
+    const tide_backend *backend;       /* NULL: the allocator's */
     tide_pool_id id;
     uint32_t use_count;
     uint32_t nheaps;
@@ -61,12 +69,8 @@ static void forget_if_empty(tide_allocator *t, struct private_pool *p)
         *p = t->pools[--t->npools];
 }
 
-tide_status tide_pool_create(tide_allocator *t, tide_pool_id *out)
+static tide_status pool_create(tide_allocator *t, const tide_backend *backend, tide_pool_id *out)
 {
-    CHECK_ALLOCATOR(t);
-    if (!out)
-        return tide__fail(TIDE_EINVAL, "tide_pool_create: out is NULL");
-    *out = 0;
     pthread_mutex_lock(&t->heaps_lock);
     if (t->npools == t->pools_cap) {
         uint32_t cap = t->pools_cap ? 2 * t->pools_cap : 8;
@@ -78,13 +82,52 @@ tide_status tide_pool_create(tide_allocator *t, tide_pool_id *out)
         t->pools = pools;
         t->pools_cap = cap;
     }
+    struct pool_backend *own = NULL;
+    if (backend) {
+        if (!(own = calloc(1, sizeof *own))) {
+            pthread_mutex_unlock(&t->heaps_lock);
+            return tide__fail(TIDE_EHOSTMEM, "tide_pool_create_with_backend: out of host memory");
+        }
+        memcpy(&own->table, backend, backend->struct_size < sizeof own->table ? backend->struct_size
+                                                                               : sizeof own->table);
+        own->table.struct_size = sizeof own->table;
+        own->next = t->pool_backends;
+        t->pool_backends = own;
+    }
     struct private_pool *p = &t->pools[t->npools++];
     memset(p, 0, sizeof *p);
+    p->backend = own ? &own->table : NULL;
     p->id = ++t->next_pool_id;
     p->use_count = 1;
     *out = p->id;
     pthread_mutex_unlock(&t->heaps_lock);
     return TIDE_OK;
+}
+
+tide_status tide_pool_create(tide_allocator *t, tide_pool_id *out)
+{
+    CHECK_ALLOCATOR(t);
+    if (!out)
+        return tide__fail(TIDE_EINVAL, "tide_pool_create: out is NULL");
+    *out = 0;
+    return pool_create(t, NULL, out);
+}
+
+tide_status tide_pool_create_with_backend(tide_allocator *t, const tide_backend *backend, tide_pool_id *out)
+{
+    CHECK_ALLOCATOR(t);
+    if (!out || !backend)
+        return tide__fail(TIDE_EINVAL, "tide_pool_create_with_backend: %s is NULL", out ? "backend" : "out");
+    *out = 0;
+    if (backend->struct_size < offsetof(tide_backend, release) + sizeof backend->release || !backend->reserve ||
+        !backend->release)
+        return tide__fail(TIDE_EINVAL, "tide_pool_create_with_backend: the backend table needs struct_size, "
+                          "reserve and release");
+    if (t->conf.expandable_segments)
+        return tide__fail(TIDE_EUNSUPPORTED, "tide_pool_create_with_backend: a pool with its own backend "
+                          "reserves whole segments, which expandable_segments:True does not use; create the "
+                          "allocator with expandable_segments:False");
+    return pool_create(t, backend, out);
 }
 
 tide_status tide_pool_retain(tide_allocator *t, tide_pool_id id)
@@ -186,6 +229,7 @@ static struct heap *recycle_heap(tide_allocator *t, struct private_pool *p, tide
             bool empty = !h->segments && !h->pending_head && !h->parked && h->map.count == 0;
             if (empty) {
                 h->pool_id = p->id;
+                h->backend = p->backend;
                 h->keeps_memory = true;
             }
             heap_unlock(h);
@@ -225,6 +269,7 @@ static tide_status pool_heap(tide_allocator *t, struct private_pool *p, tide_str
     if (s != TIDE_OK)
         return s;
     h->pool_id = p->id;
+    h->backend = p->backend;
     h->keeps_memory = true; /* the use count is above 0: a released pool takes no allocation */
     history_heap_created(t, h);
     t->heaps[n] = h;
@@ -758,6 +803,11 @@ tide_status tide_capturing(tide_allocator *t, tide_stream stream, uint32_t *out)
 
 void pools_destroy(tide_allocator *t)
 {
+    while (t->pool_backends) {
+        struct pool_backend *next = t->pool_backends->next;
+        free(t->pool_backends);
+        t->pool_backends = next;
+    }
     free(t->pools);
     t->pools = NULL;
     t->npools = t->pools_cap = 0;

@@ -35,7 +35,8 @@ static tide_status release_segments(tide_allocator *t, struct heap *h, struct se
             s = expandable_unmap_run(t, seg, &gone); /* on a failure, seg is what is still mapped */
         } else {
             uint64_t started = now_ns();
-            s = be->release(be->ctx, seg->base, seg->size);
+            const tide_backend *from = seg->backend ? seg->backend : be; /* a pool's own, or the allocator's */
+            s = from->release(from->ctx, seg->base, seg->size);
             note_device_call(t, started);
             gone = s == TIDE_OK ? seg->size : 0;
         }
@@ -322,7 +323,7 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
             t->num_gc_released += gc.released_segments;
         }
         struct segment *seg = NULL;
-        s = segment_reserve(t, pool, size, &seg);
+        s = segment_reserve(t, h->backend, pool, size, &seg);
         if (s == TIDE_ENOMEM)
             continue;
         if (s != TIDE_OK)
@@ -583,8 +584,9 @@ uint64_t pressure_release_everything(tide_allocator *t, uint64_t *refused_ranges
             next = seg->next;
             segment_map_remove(&t->segmap, seg);
             size_t size = seg->size, gone = 0;
+            const tide_backend *from = seg->backend ? seg->backend : be;
             tide_status s = seg->arena ? expandable_unmap_run(t, seg, &gone)
-                                       : be->release(be->ctx, seg->base, seg->size);
+                                       : from->release(from->ctx, seg->base, seg->size);
             if (s == TIDE_OK)
                 t->num_device_free++;
             else

@@ -24,6 +24,7 @@ struct segment *segment_struct(tide_allocator *t)
     seg->base = 0;
     seg->size = 0;
     seg->pool = 0;
+    seg->backend = NULL;
     seg->made_for = 0;
     seg->first = NULL;
     seg->prev = seg->next = NULL;
@@ -59,14 +60,15 @@ void segment_reattach(tide_allocator *t, struct heap *h, struct segment *seg)
     heap_unlock(h);
 }
 
-tide_status segment_reserve(tide_allocator *t, enum pool_kind pool, size_t size, struct segment **out)
+tide_status segment_reserve(tide_allocator *t, const tide_backend *from, enum pool_kind pool, size_t size,
+                            struct segment **out)
 {
     if (size > t->limit || t->reserved > t->limit - size)
         return TIDE_ENOMEM;
     struct segment *seg = segment_struct(t);
     if (!seg)
         return tide__fail(TIDE_EHOSTMEM, "out of host memory for a segment");
-    const tide_backend *be = &t->backend;
+    const tide_backend *be = from ? from : &t->backend;
     uintptr_t addr = 0;
     tide__clear_backend_message();
     uint64_t started = now_ns();
@@ -89,6 +91,7 @@ tide_status segment_reserve(tide_allocator *t, enum pool_kind pool, size_t size,
     seg->base = addr;
     seg->size = size;
     seg->pool = (uint8_t)pool;
+    seg->backend = from;
     s = segment_map_add(&t->segmap, seg);
     if (s != TIDE_OK) {
         be->release(be->ctx, addr, size);

@@ -130,6 +130,8 @@ struct segment {
     uintptr_t base;
     size_t size;                      /* a multiple of TIDE_SEGMENT_GRANULE */
     uint8_t pool;                     /* enum pool_kind */
+    const tide_backend *backend;      /* NULL: reserved from the allocator's backend; else the pool's
+                                         table that reserved it, which every release gives it back to */
     size_t made_for;                  /* a large-pool reservation: the request it was reserved for, which
                                          decides which requests its blocks may serve (fit_rules); 0 for
                                          the small pool and runs of pages */
@@ -263,6 +265,8 @@ struct heap {
     tide_stream stream;
     uint32_t index;
     tide_pool_id pool_id;                     /* 0, or the private pool whose memory this heap keeps */
+    const tide_backend *backend;              /* NULL: segments from the allocator's backend; else its
+                                                 pool's own (tide_pool_create_with_backend) */
     bool keeps_memory;                        /* its pool's use count is above 0: no idle segment or
                                                  free page of it is released (written under the
                                                  pressure lock and read under it) */
@@ -352,6 +356,7 @@ struct tide_allocator {
     /* tide_observe: hears segment, out-of-memory and empty_cache events as they happen; set and called
      * under the pressure lock (history.c) */
     _Atomic(tide_event_observer) observer;
+    struct pool_backend *pool_backends;       /* pools' own backend tables (pool.c), kept until destroy */
     void *observer_ctx;
     _Atomic(bool) history_stacks;             /* it records stacks (TIDE_HISTORY_STACKS) */
     struct history *histories;                /* the newest history, recording or stopped; freed at the

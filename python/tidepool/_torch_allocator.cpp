@@ -472,13 +472,48 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         pools_[key] = pool;
         return pool;
     }
-    void createOrIncrefPool(DeviceIndex device, MempoolId_t id, std::shared_ptr<cca::CUDAAllocator>) override
+    // MemPool(allocator=...): the pool's segments are reserved with that allocator (ncclMemAlloc,
+    // symmetric memory, another program's pool) and released with it, tidepool caching on top
+    // (tide_pool_create_with_backend). The allocator is kept alive as long as tidepool is.
+    void createOrIncrefPool(DeviceIndex device, MempoolId_t id, std::shared_ptr<cca::CUDAAllocator> allocator) override
     {
         std::lock_guard<std::mutex> g(pool_lock_);
         auto key = std::make_pair(device, id);
         if (pools_.count(key)) {
             tide_status s = tide_pool_retain(allocator_of(device), pools_[key]);
             TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
+        } else if (allocator && allocator.get() != this) {
+            pool_allocators_.push_back(allocator);
+            tide_backend table;
+            std::memset(&table, 0, sizeof table);
+            table.struct_size = sizeof table;
+            table.name = "MemPool's allocator";
+            table.ctx = allocator.get();
+            table.reserve = [](void *ctx, size_t size, uintptr_t *out) -> tide_status {
+                try {
+                    void *p = static_cast<cca::CUDAAllocator *>(ctx)->raw_alloc(size);
+                    *out = reinterpret_cast<uintptr_t>(p);
+                    return p ? TIDE_OK : TIDE_ENOMEM;
+                } catch (const c10::OutOfMemoryError &) {
+                    return TIDE_ENOMEM;
+                } catch (const std::exception &e) {
+                    tide_backend_error("the MemPool's allocator: %s", e.what());
+                    return TIDE_EDEVICE;
+                }
+            };
+            table.release = [](void *ctx, uintptr_t addr, size_t) -> tide_status {
+                try {
+                    static_cast<cca::CUDAAllocator *>(ctx)->raw_delete(reinterpret_cast<void *>(addr));
+                    return TIDE_OK;
+                } catch (const std::exception &e) {
+                    tide_backend_error("the MemPool's allocator: %s", e.what());
+                    return TIDE_EDEVICE;
+                }
+            };
+            tide_pool_id pool = 0;
+            tide_status s = tide_pool_create_with_backend(allocator_of(device), &table, &pool);
+            TORCH_CHECK(s == TIDE_OK, "tidepool: MemPool(allocator=...): ", tide_last_error());
+            pools_[key] = pool;
         } else {
             pool_id_of(device, id, true);
         }
@@ -998,6 +1033,7 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     std::mutex ipc_lock_;
     std::map<std::string, std::weak_ptr<void>> ipc_opened_;
     std::mutex hooks_lock_;
+    std::vector<std::shared_ptr<cca::CUDAAllocator>> pool_allocators_; // MemPool(allocator=...)
     std::atomic<bool> has_trackers_{false};
     std::unordered_map<void *, std::pair<DeviceIndex, size_t>> pending_sizes_;
     std::mutex pool_lock_;

@@ -553,6 +553,46 @@ feature("caching_allocator_disabled", "torch.cuda.caching_allocator_enable(False
 """)
 
 
+feature("mem_pool_allocator", "MemPool(allocator=...): the pool's segments come from that allocator "
+        "(as ncclMemAlloc would give them), with the cache on top")("""
+    from torch.utils.cpp_extension import load_inline
+    src = '''
+    #include <torch/extension.h>
+    #include <cuda_runtime_api.h>
+    #include <atomic>
+    static std::atomic<long> made{0}, gone{0};
+    extern "C" void *probe_malloc(ssize_t size, int device, cudaStream_t stream) {
+        void *p = nullptr;
+        if (cudaMalloc(&p, size) != cudaSuccess) return nullptr;
+        made++;
+        return p;
+    }
+    extern "C" void probe_free(void *p, ssize_t size, int device, cudaStream_t stream) {
+        cudaFree(p);
+        gone++;
+    }
+    std::vector<long> counts() { return {made.load(), gone.load()}; }
+    '''
+    probe = load_inline("mem_pool_allocator_probe", cpp_sources=src, functions=["counts"], with_cuda=True)
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(probe.__file__, "probe_malloc", "probe_free")
+    pool = torch.cuda.MemPool(alloc.allocator())
+    with torch.cuda.use_mem_pool(pool):
+        x = torch.ones(30 << 20, dtype=torch.uint8, device="cuda")
+        assert int(x[:1000].sum()) == 1000
+        del x
+        y = torch.empty(30 << 20, dtype=torch.uint8, device="cuda")  # cached: no new reservation
+    made, gone = probe.counts()
+    print("made", made, "gone", gone)
+    assert made >= 1, probe.counts()
+    del y
+    del pool
+    torch.cuda.empty_cache()
+    made2, gone2 = probe.counts()
+    print("after empty_cache: made", made2, "gone", gone2)
+    assert made2 == made and gone2 >= 1, probe.counts()
+""")
+
+
 def run_one(name, mode, timeout):
     what, body = FEATURES[name]
     script = PRELUDE[mode] + "import sys\n" + body
