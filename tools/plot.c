@@ -1,6 +1,9 @@
 /*
  * Memory over time as a self-contained SVG: allocated, pending-free and reserved bytes through a
- * history of events, with segment reservations and releases marked along the bottom.
+ * history of events. The horizontal axis counts the program's allocations, the time a training loop
+ * keeps; the program's marks (tide_annotate, such as a step's start) and its empty_cache calls are
+ * drawn across the chart with their names, and every segment reserved or released is a line across
+ * it too (blue, red), so that each driver call can be placed against the memory it changed.
  */
 #include "plot.h"
 
@@ -16,6 +19,7 @@
 #define TOP 50
 #define BOTTOM 80
 #define MAX_COLUMNS 1000
+#define MAX_MARKS 64 /* marks drawn with their names; past this many, their lines alone */
 
 struct series {
     uint64_t allocated, pending, reserved;
@@ -35,11 +39,19 @@ static uint64_t max3(uint64_t a, uint64_t b, uint64_t c) { return a > b ? (a > c
 
 /* The events replayed into columns: each column's highest point of each series, and where segments
  * were reserved and released. */
+struct mark {
+    size_t column;
+    char name[40];
+};
+
 struct plot_columns {
     size_t columns;
     struct series *col;
     uint8_t *reserve_mark, *release_mark;
-    uint64_t peak, peak_allocated, peak_reserved, segments_reserved, segments_released;
+    uint64_t *allocs_before; /* allocations before each column: the horizontal axis */
+    uint64_t peak, peak_allocated, peak_reserved, segments_reserved, segments_released, allocations;
+    struct mark marks[MAX_MARKS];
+    size_t nmarks, marks_total;
 };
 
 static void plot_columns_free(struct plot_columns *p)
@@ -47,6 +59,17 @@ static void plot_columns_free(struct plot_columns *p)
     free(p->col);
     free(p->reserve_mark);
     free(p->release_mark);
+    free(p->allocs_before);
+}
+
+static void add_mark(struct plot_columns *p, size_t column, const char *name)
+{
+    if (p->nmarks < MAX_MARKS) {
+        p->marks[p->nmarks].column = column;
+        snprintf(p->marks[p->nmarks].name, sizeof p->marks[p->nmarks].name, "%s", name);
+        p->nmarks++;
+    }
+    p->marks_total++;
 }
 
 static int plot_columns_from_events(const tide_event *ev, size_t n, struct plot_columns *p)
@@ -57,12 +80,13 @@ static int plot_columns_from_events(const tide_event *ev, size_t n, struct plot_
     p->col = calloc(p->columns, sizeof *p->col);
     p->reserve_mark = calloc(p->columns, 1);
     p->release_mark = calloc(p->columns, 1);
+    p->allocs_before = calloc(p->columns + 1, sizeof *p->allocs_before);
     /* requested sizes by address, to subtract at free: a small open-addressing map */
     size_t cap = 1024;
     while (cap < 4 * n)
         cap *= 2;
     uint64_t *keys = calloc(cap, sizeof *keys), *vals = calloc(cap, sizeof *vals);
-    if (!p->col || !p->reserve_mark || !p->release_mark || !keys || !vals) {
+    if (!p->col || !p->reserve_mark || !p->release_mark || !p->allocs_before || !keys || !vals) {
         plot_columns_free(p);
         free(keys), free(vals);
         return -1;
@@ -71,8 +95,17 @@ static int plot_columns_from_events(const tide_event *ev, size_t n, struct plot_
     for (size_t i = 0; i < n; i++) {
         const tide_event *e = &ev[i];
         size_t c = i * p->columns / n, h = (size_t)((e->addr >> 9) * 0x9E3779B97F4A7C15ull) & (cap - 1);
+        if (i == 0 || c != (i - 1) * p->columns / n)
+            p->allocs_before[c] = p->allocations;
         switch (e->kind) {
+        case TIDE_EVENT_EMPTY_CACHE:
+            add_mark(p, c, "empty_cache");
+            break;
+        case TIDE_EVENT_ANNOTATION:
+            add_mark(p, c, e->tag ? e->tag : "mark");
+            break;
         case TIDE_EVENT_ALLOC:
+            p->allocations++;
             while (keys[h] && keys[h] != e->addr)
                 h = (h + 1) & (cap - 1);
             keys[h] = e->addr;
@@ -128,6 +161,24 @@ static int plot_columns_from_events(const tide_event *ev, size_t n, struct plot_
     return 0;
 }
 
+static void xml_text(FILE *f, const char *s)
+{
+    for (const char *ch = s; *ch; ch++) /* escape what XML needs */
+        fputs(*ch == '<' ? "&lt;" : *ch == '>' ? "&gt;" : *ch == '&' ? "&amp;" : (char[2]){*ch, 0}, f);
+}
+
+/* A round step for the horizontal axis: 1, 2 or 5 times a power of ten, four to ten steps in all. */
+static uint64_t count_step(uint64_t total)
+{
+    uint64_t step = 1;
+    for (;;) {
+        for (int m = 1; m <= 5; m += m == 1 ? 1 : 3)
+            if (step * (uint64_t)m * 10 >= total)
+                return step * (uint64_t)m;
+        step *= 10;
+    }
+}
+
 static void draw_svg(FILE *f, const struct plot_columns *p, size_t n, const char *title)
 {
     double plot_w = WIDTH - LEFT - RIGHT, plot_h = HEIGHT - TOP - BOTTOM;
@@ -138,8 +189,7 @@ static void draw_svg(FILE *f, const struct plot_columns *p, size_t n, const char
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     char b1[32], b2[32];
     fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"16\" font-weight=\"bold\">", LEFT);
-    for (const char *ch = title; *ch; ch++) /* escape what XML needs */
-        fputs(*ch == '<' ? "&lt;" : *ch == '>' ? "&gt;" : *ch == '&' ? "&amp;" : (char[2]){*ch, 0}, f);
+    xml_text(f, title);
     fprintf(f, "</text>\n<text x=\"%d\" y=\"42\" fill=\"#555\">peak allocated %s, peak reserved %s; %llu "
                "segments reserved, %llu released; %zu events</text>\n", LEFT, human_bytes(p->peak_allocated, b1),
             human_bytes(p->peak_reserved, b2), (unsigned long long)p->segments_reserved,
@@ -167,20 +217,48 @@ static void draw_svg(FILE *f, const struct plot_columns *p, size_t n, const char
         }
         fprintf(f, " %.0f,%.0f\"/>\n", LEFT + plot_w, TOP + plot_h);
     }
-    /* segment events along the bottom */
+    /* every segment reserved (blue) or released (red): a line across the chart, and a tick below it */
+    double span = (double)(p->columns > 1 ? p->columns - 1 : 1);
     for (size_t c = 0; c < p->columns; c++) {
-        double x = LEFT + (double)c * plot_w / (double)(p->columns > 1 ? p->columns - 1 : 1);
+        double x = LEFT + (double)c * plot_w / span;
         if (p->reserve_mark[c])
-            fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"#2060c0\"/>\n", x, x,
-                    TOP + plot_h + 6, TOP + plot_h + 16);
+            fprintf(f, "<line class=\"segment-reserved\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.0f\" "
+                       "stroke=\"#2060c0\" stroke-opacity=\"0.35\" stroke-width=\"1.5\"/>\n", x, x, TOP,
+                    TOP + plot_h + 14);
         if (p->release_mark[c])
-            fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"#c02020\"/>\n", x, x,
-                    TOP + plot_h + 18, TOP + plot_h + 28);
+            fprintf(f, "<line class=\"segment-released\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.0f\" "
+                       "stroke=\"#c02020\" stroke-opacity=\"0.5\" stroke-width=\"1.5\"/>\n", x, x, TOP,
+                    TOP + plot_h + 14);
+    }
+    /* the program's own marks: its empty_cache calls and annotations (a training step's start) */
+    for (size_t m = 0; m < p->nmarks; m++) {
+        double x = LEFT + (double)p->marks[m].column * plot_w / span;
+        fprintf(f, "<line class=\"mark\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%.0f\" stroke=\"#555\" "
+                   "stroke-dasharray=\"4 3\"/>\n", x, x, TOP - 4, TOP + plot_h);
+        if (p->nmarks <= 16 || m % (p->nmarks / 16 + 1) == 0) {
+            fprintf(f, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" fill=\"#555\">", x + 3, TOP + 8);
+            xml_text(f, p->marks[m].name);
+            fputs("</text>\n", f);
+        }
     }
     fprintf(f, "<line x1=\"%d\" x2=\"%.0f\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"#333\"/>\n", LEFT, LEFT + plot_w,
             TOP + plot_h, TOP + plot_h);
-    fprintf(f, "<text x=\"%.0f\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">events (allocations, frees, "
-               "segment calls) in order</text>\n", LEFT + plot_w / 2, HEIGHT - 22);
+    /* the horizontal axis: the program's allocations so far */
+    uint64_t xstep = count_step(p->allocations ? p->allocations : 1);
+    size_t c = 0;
+    for (uint64_t v = 0; v <= p->allocations; v += xstep) {
+        while (c < p->columns && p->allocs_before[c] < v)
+            c++;
+        if (c == p->columns)
+            break;
+        double x = LEFT + (double)c * plot_w / span;
+        fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.0f\" y2=\"%.0f\" stroke=\"#333\"/>"
+                   "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\" fill=\"#333\">%llu</text>\n", x, x,
+                TOP + plot_h, TOP + plot_h + 5, x, TOP + plot_h + 30, (unsigned long long)v);
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">the program's allocations so far "
+               "(%llu in all)%s</text>\n", LEFT + plot_w / 2, HEIGHT - 26, (unsigned long long)p->allocations,
+            p->marks_total ? "; dashed: its empty_cache calls and marks" : "");
     /* legend */
     int lx = LEFT + 10, ly = HEIGHT - 8;
     for (int l = 2; l >= 0; l--, lx += 150)
