@@ -190,7 +190,7 @@ extern "C" {
 #endif
 
 #define TIDE_VERSION_MAJOR 0
-#define TIDE_VERSION_MINOR 1
+#define TIDE_VERSION_MINOR 2
 #define TIDE_VERSION_PATCH 0
 
 /* Streams one allocator serves (see THREADS). */
