@@ -443,25 +443,36 @@ static void hold_push(struct tide_vk *vk, struct hold *h)
 }
 
 /* Takes every hold whose value is reached off the list (holds_lock held on entry and on return),
- * then releases their blocks with the lock let go. Returns the holds released. */
+ * then releases their blocks with the lock let go. The semaphores are read with the lock let go too,
+ * so that submissions never wait behind the driver. Returns the holds released. */
 static uint64_t release_reached(struct tide_vk *vk)
 {
-    struct seen { VkSemaphore sem; uint64_t value; } seen[WAIT_SET_MAX];
-    uint32_t nseen = 0;
+    VkSemaphore sems[WAIT_SET_MAX];
+    uint64_t reached[WAIT_SET_MAX];
+    uint32_t n = 0;
+    for (struct hold *h = vk->head; h && n < WAIT_SET_MAX; h = h->next) {
+        uint32_t k = 0;
+        while (k < n && sems[k] != h->semaphore)
+            k++;
+        if (k == n)
+            sems[n++] = h->semaphore;
+    }
+    if (n == 0)
+        return 0;
+    vk->releasing++; /* a waiter's settle waits for this look too */
+    pthread_mutex_unlock(&vk->holds_lock);
+    for (uint32_t k = 0; k < n; k++)
+        if (vk->f.GetSemaphoreCounterValue(vk->device, sems[k], &reached[k]) != VK_SUCCESS)
+            reached[k] = 0; /* a semaphore that cannot be read holds its blocks: late, never early */
+    pthread_mutex_lock(&vk->holds_lock);
+    /* holds listed meanwhile are judged by the values read before: late at worst, never early */
     struct hold *done = NULL, **link = &vk->head, *prev = NULL;
     while (*link) {
         struct hold *h = *link;
-        uint64_t reached = 0;
         uint32_t k = 0;
-        while (k < nseen && seen[k].sem != h->semaphore)
+        while (k < n && sems[k] != h->semaphore)
             k++;
-        if (k < nseen)
-            reached = seen[k].value;
-        else if (vk->f.GetSemaphoreCounterValue(vk->device, h->semaphore, &reached) != VK_SUCCESS)
-            reached = 0; /* a semaphore that cannot be read holds its blocks: late, never early */
-        else if (nseen < WAIT_SET_MAX)
-            seen[nseen++] = (struct seen){h->semaphore, reached};
-        if (h->value <= reached) {
+        if (k < n && h->value <= reached[k]) {
             *link = h->next;
             h->next = done;
             done = h;
@@ -471,9 +482,11 @@ static uint64_t release_reached(struct tide_vk *vk)
         }
     }
     vk->tail = prev;
-    if (!done)
+    if (!done) {
+        if (--vk->releasing == 0)
+            pthread_cond_broadcast(&vk->released_cv);
         return 0;
-    vk->releasing++;
+    }
     pthread_mutex_unlock(&vk->holds_lock);
     uint64_t released = 0;
     for (struct hold *h = done; h; h = h->next, released++)
@@ -600,22 +613,25 @@ tide_status tide_vk_submit(tide_vk *vk, tide_allocator *t, const VkCommandBuffer
         return s;
     if (ncmds && !cmds)
         return tide__fail(TIDE_EINVAL, "tide_vk_submit: %u command buffers but the list is NULL", ncmds);
-    pthread_mutex_lock(&vk->holds_lock);
-    struct hold *h = hold_new(vk, nblocks);
-    pthread_mutex_unlock(&vk->holds_lock);
-    if (!h)
-        return tide__fail(TIDE_EHOSTMEM, "tide_vk_submit: out of host memory for a hold of %zu blocks",
-                          nblocks);
-    if ((s = retain_all(t, blocks, nblocks, "tide_vk_submit")) != TIDE_OK) {
+    struct hold *h = NULL; /* none for a submission that holds no block */
+    if (nblocks) {
         pthread_mutex_lock(&vk->holds_lock);
-        hold_recycle(vk, h);
+        h = hold_new(vk, nblocks);
         pthread_mutex_unlock(&vk->holds_lock);
-        return s;
+        if (!h)
+            return tide__fail(TIDE_EHOSTMEM, "tide_vk_submit: out of host memory for a hold of %zu blocks",
+                              nblocks);
+        if ((s = retain_all(t, blocks, nblocks, "tide_vk_submit")) != TIDE_OK) {
+            pthread_mutex_lock(&vk->holds_lock);
+            hold_recycle(vk, h);
+            pthread_mutex_unlock(&vk->holds_lock);
+            return s;
+        }
+        memcpy(h->blocks, blocks, nblocks * sizeof *blocks);
+        h->n = nblocks;
+        h->t = t;
+        h->semaphore = vk->timeline;
     }
-    memcpy(h->blocks, blocks, nblocks * sizeof *blocks);
-    h->n = nblocks;
-    h->t = t;
-    h->semaphore = vk->timeline;
     /* The value is taken and the hold listed under the queue's lock, so that the list is in the
      * order of the values. */
     pthread_mutex_lock(&vk->queue_lock);
@@ -625,20 +641,23 @@ tide_status tide_vk_submit(tide_vk *vk, tide_allocator *t, const VkCommandBuffer
     VkResult r = vk->f.QueueSubmit(vk->queue, 1, &si, NULL);
     if (r == VK_SUCCESS) {
         vk->timeline_next = v;
-        h->value = v;
-        pthread_mutex_lock(&vk->holds_lock);
-        hold_push(vk, h);
-        pthread_mutex_unlock(&vk->holds_lock);
+        if (h) {
+            h->value = v;
+            pthread_mutex_lock(&vk->holds_lock);
+            hold_push(vk, h);
+            pthread_mutex_unlock(&vk->holds_lock);
+        }
     }
     pthread_mutex_unlock(&vk->queue_lock);
     atomic_fetch_add(&vk->submissions, 1);
-    if (r != VK_SUCCESS) {
+    if (r != VK_SUCCESS && h) {
         release_all(t, blocks, nblocks);
         pthread_mutex_lock(&vk->holds_lock);
         hold_recycle(vk, h);
         pthread_mutex_unlock(&vk->holds_lock);
-        return tide__fail_with_context(vk_failed(r, "vkQueueSubmit"), "tide_vk_submit");
     }
+    if (r != VK_SUCCESS)
+        return tide__fail_with_context(vk_failed(r, "vkQueueSubmit"), "tide_vk_submit");
     if (value)
         *value = v;
     return TIDE_OK;
