@@ -785,7 +785,7 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         info.config_metadata.pinned_num_register_threads = 1;
         info.config_metadata.release_lock_on_malloc = false;
         info.config_metadata.pinned_use_host_register = false;
-        info.config_metadata.roundup_power2_divisions.assign(64, 0);
+        info.config_metadata.roundup_power2_divisions.assign(16, 0); // PyTorch's 16 intervals, none set
         return info;
     }
     MempoolId_t torch_id_of(DeviceIndex device, tide_pool_id pool)
