@@ -2,7 +2,7 @@
 # The Vulkan backend's long runs (docs/reliability.md), on whatever Vulkan driver is here (Mesa's
 # lavapipe on the CPU: scripts/install-deps.sh vulkan): 10,000 gated rounds with the blocks held by
 # their submissions (none may be reused early), the 10,000 rounds of the negative control (every one
-# must be corrupted), the seed's loop for 4,200 steps, then bench/vulkan_refs beside the simulated device.
+# must be corrupted), the training loop for 4,200 steps, then bench/vulkan_refs beside the simulated device.
 #   bench/vulkan_long.sh [BUILD]        (default build)
 set -eu
 build=${1:-build}

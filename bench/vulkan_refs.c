@@ -1,8 +1,8 @@
 /*
  * What holding blocks by submitted work costs, on a Vulkan device (Mesa's lavapipe anywhere) beside
- * the simulated device, in the seed's loop shape: each step allocates three blocks, submits work that
- * holds them, frees them while it is in flight, and every 105 steps the loop waits for the device and
- * empties the cache. The work is empty (a submission that only signals its timeline value; on the
+ * the simulated device, in a training loop's shape (bench/seed_loop.py's): each step allocates three
+ * blocks, submits work that holds them, frees them while it is in flight, and every 105 steps the
+ * loop waits for the device and empties the cache. The work is empty (a submission that only signals its timeline value; on the
  * simulated device, a work item that only releases), so the figures are the allocator's and the
  * hold's, not a kernel's. The device runs at most LAG steps behind: each step first waits for the
  * step LAG before it, as a program waits for the frame or batch before last.
@@ -255,7 +255,7 @@ int main(int argc, char **argv)
     /* a short run of each first, so that neither pays for first touches in the timed one */
     if (run_sim(EVERY, &sim) || run_vulkan(vk, EVERY, &vul) || run_sim(steps, &sim) || run_vulkan(vk, steps, &vul))
         return 1;
-    printf("%d steps of the seed's loop, 3 blocks each (%d operations), empty_cache every %d steps\n", steps,
+    printf("%d steps of the training loop, 3 blocks each (%d operations), empty_cache every %d steps\n", steps,
            3 * steps, EVERY);
     printf("| device | ns per operation, the whole loop | tide_malloc + tide_free | the hold: tide_retain x3 + "
            "enqueue, or tide_vk_submit, per block | a submission holding nothing, per block | tidepool's own: "

@@ -249,13 +249,13 @@ static void test_hold_on_a_program_semaphore(void)
     close_allocator(t);
 }
 
-/* The seed's loop: each step allocates, submits a kernel on its blocks, and frees them while it runs;
- * tide_empty_cache every 42 steps, after waiting for the device as the seed does. The device runs
- * LAG steps behind the program, exactly: each kernel waits at a gate of its own that the program
+/* A training loop (the shape of bench/seed_loop.py's): each step allocates, submits a kernel on its
+ * blocks, and frees them while it runs; tide_empty_cache every 42 steps, after waiting for the device
+ * as that loop does. The device runs LAG steps behind the program, exactly: each kernel waits at a gate of its own that the program
  * opens LAG steps later, so every run sees the same blocks in flight. Reserved memory is the same in
  * every window, comes back to 0 at every empty_cache, and the device is asked for memory only in the
  * warm-up (the first period of the sizes, 21 steps) after each empty_cache. */
-static void test_seed_loop(void)
+static void test_training_loop(void)
 {
     enum { EVERY = 42, PERIOD = 21, LAG = 8 };
     tide_allocator *t = open_allocator();
@@ -305,7 +305,7 @@ static void test_seed_loop(void)
             window_peak = 0;
         }
     }
-    fprintf(stderr, "seed loop: %d steps, %d submissions, %d in flight: peak reserved %.1f MiB in the first "
+    fprintf(stderr, "training loop: %d steps, %d submissions, %d in flight: peak reserved %.1f MiB in the first "
             "window, %.1f to %.1f MiB in the %d after; %ju segments reserved after the warm-ups\n", steps,
             steps, LAG - 1, (double)first_window_peak / (double)MIB, (double)least_peak / (double)MIB,
             (double)worst_peak / (double)MIB, steps / EVERY - 1, (uintmax_t)late_allocations);
@@ -355,7 +355,7 @@ int main(int argc, char **argv)
     RUN(test_addresses_and_buffers);
     RUN(test_held_blocks_are_never_reused_early);
     RUN(test_hold_on_a_program_semaphore);
-    RUN(test_seed_loop);
+    RUN(test_training_loop);
     kernel_close(&kernel);
     tide_vk_destroy(vk);
     return HARNESS_EXIT();
