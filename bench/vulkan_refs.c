@@ -10,8 +10,10 @@
  *   build/bench/vulkan_refs [STEPS]        (default 20000)
  *
  * Per operation (one block: its allocation, its hold by a submission, its free, its release by the
- * completion): the whole loop's time divided by its blocks, and the part of it spent in tide_malloc
- * and tide_free. Driver calls: memory allocations and frees, in all and after each window's first
+ * completion): the whole loop's time divided by its blocks; the median step's time in tide_malloc and
+ * tide_free, in the hold, and in a submission that holds nothing, each divided by the step's blocks
+ * (medians, which a busy machine's preemptions barely move); tidepool's own part is malloc + free +
+ * the hold less the bare submission. Driver calls: memory allocations and frees, in all and after each window's first
  * period of sizes (21 steps: the warm-up after each empty_cache). Exits 77 without a Vulkan driver.
  */
 #include "tidepool.h"
@@ -36,6 +38,21 @@ struct figures {
     uint64_t device_calls, device_calls_after_warm_up;
     int64_t peak_reserved, reserved_at_end;
 };
+
+/* Per-step samples: the figures are medians, which the preemptions of a busy machine barely move. */
+static double *alloc_samples, *hold_samples, *bare_samples;
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return v[n / 2];
+}
 
 static double now_ns(void)
 {
@@ -77,11 +94,13 @@ static double sim_bare_submit_ns(tide_sim *sim, int n)
             sched_yield();
         double a = now_ns();
         tide_sim_enqueue(sim, 0, 0, nothing, &done);
-        in_submit += now_ns() - a;
+        bare_samples[i] = now_ns() - a;
+        in_submit += bare_samples[i];
     }
     tide_sim_synchronize(sim);
     (void)start;
-    return in_submit / n;
+    (void)in_submit;
+    return median(bare_samples, n);
 }
 
 static double vk_bare_submit_ns(tide_vk *vk, int n)
@@ -93,10 +112,12 @@ static double vk_bare_submit_ns(tide_vk *vk, int n)
             tide_vk_wait(vk, values[(i - LAG) % (LAG + 1)]);
         double a = now_ns();
         tide_vk_submit(vk, NULL, NULL, 0, NULL, 0, &values[i % (LAG + 1)]);
-        in_submit += now_ns() - a;
+        bare_samples[i] = now_ns() - a;
+        in_submit += bare_samples[i];
     }
     tide_vk_wait(vk, values[(n - 1) % (LAG + 1)]);
-    return in_submit / n;
+    (void)in_submit;
+    return median(bare_samples, n);
 }
 
 /* ---- the simulated device: tide_retain, then a work item that releases ---------------------------- */
@@ -144,15 +165,19 @@ static int run_sim(int steps, struct figures *f)
                 return failed("tide_malloc");
         double mid = now_ns();
         in_allocator += mid - a;
+        alloc_samples[step] = mid - a;
         for (int i = 0; i < 3; i++)
             tide_retain(t, w->blocks[i]);
         if (tide_sim_enqueue(sim, 0, 0, release_blocks, w) != TIDE_OK)
             return failed("tide_sim_enqueue");
         a = now_ns();
         in_hold += a - mid;
+        hold_samples[step] = a - mid;
         for (int i = 0; i < 3; i++)
             tide_free(t, w->blocks[i]);
-        in_allocator += now_ns() - a;
+        double freeing = now_ns() - a;
+        in_allocator += freeing;
+        alloc_samples[step] += freeing;
         tide_sim_get_counters(sim, &c);
         if (in_window == WARM_UP - 1)
             calls_at_warm_up = c.calls[TIDE_SIM_RESERVE] + c.calls[TIDE_SIM_RELEASE];
@@ -167,8 +192,10 @@ static int run_sim(int steps, struct figures *f)
     double total = now_ns() - start;
     tide_sim_get_counters(sim, &c);
     f->ns_per_op = total / (3.0 * steps);
-    f->malloc_free_ns_per_op = in_allocator / (3.0 * steps);
-    f->hold_ns_per_op = in_hold / (3.0 * steps);
+    (void)in_allocator;
+    (void)in_hold;
+    f->malloc_free_ns_per_op = median(alloc_samples, steps) / 3;
+    f->hold_ns_per_op = median(hold_samples, steps) / 3;
     f->device_calls = c.calls[TIDE_SIM_RESERVE] + c.calls[TIDE_SIM_RELEASE];
     f->device_calls_after_warm_up = after_warm_up;
     f->reserved_at_end = reserved_now(t, &f->peak_reserved);
@@ -204,13 +231,17 @@ static int run_vulkan(tide_vk *vk, int steps, struct figures *f)
                 return failed("tide_malloc");
         double mid = now_ns();
         in_allocator += mid - a;
+        alloc_samples[step] = mid - a;
         if (tide_vk_submit(vk, t, NULL, 0, blocks, 3, &values[step % (LAG + 1)]) != TIDE_OK)
             return failed("tide_vk_submit");
         a = now_ns();
         in_hold += a - mid;
+        hold_samples[step] = a - mid;
         for (int i = 0; i < 3; i++)
             tide_free(t, blocks[i]);
-        in_allocator += now_ns() - a;
+        double freeing = now_ns() - a;
+        in_allocator += freeing;
+        alloc_samples[step] += freeing;
         tide_vk_get_counters(vk, &c);
         if (in_window == WARM_UP - 1)
             calls_at_warm_up = c.memory_allocations + c.memory_frees;
@@ -224,8 +255,10 @@ static int run_vulkan(tide_vk *vk, int steps, struct figures *f)
     double total = now_ns() - start;
     tide_vk_get_counters(vk, &c);
     f->ns_per_op = total / (3.0 * steps);
-    f->malloc_free_ns_per_op = in_allocator / (3.0 * steps);
-    f->hold_ns_per_op = in_hold / (3.0 * steps);
+    (void)in_allocator;
+    (void)in_hold;
+    f->malloc_free_ns_per_op = median(alloc_samples, steps) / 3;
+    f->hold_ns_per_op = median(hold_samples, steps) / 3;
     f->device_calls = c.memory_allocations + c.memory_frees - c0.memory_allocations - c0.memory_frees;
     f->device_calls_after_warm_up = after_warm_up;
     f->reserved_at_end = reserved_now(t, &f->peak_reserved);
@@ -241,6 +274,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: vulkan_refs [STEPS, at least %d]\n", EVERY);
         return 2;
     }
+    alloc_samples = calloc((size_t)steps, sizeof(double));
+    hold_samples = calloc((size_t)steps, sizeof(double));
+    bare_samples = calloc((size_t)steps, sizeof(double));
+    if (!alloc_samples || !hold_samples || !bare_samples)
+        return 1;
     tide_vk *vk;
     tide_status s = tide_vk_create(NULL, &vk);
     if (s == TIDE_EUNSUPPORTED) {
@@ -257,7 +295,7 @@ int main(int argc, char **argv)
         return 1;
     printf("%d steps of the training loop, 3 blocks each (%d operations), empty_cache every %d steps\n", steps,
            3 * steps, EVERY);
-    printf("| device | ns per operation, the whole loop | tide_malloc + tide_free | the hold: tide_retain x3 + "
+    printf("| device | ns per operation, the whole loop | median: tide_malloc + tide_free | the hold: tide_retain x3 + "
            "enqueue, or tide_vk_submit, per block | a submission holding nothing, per block | tidepool's own: "
            "malloc + free + (hold - submission) | driver memory calls | after each window's first %d steps | "
            "peak reserved MiB | reserved at end |\n", WARM_UP);
