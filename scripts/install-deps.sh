@@ -10,8 +10,9 @@
 #   scripts/install-deps.sh python     python3 with venv (the test python_package: pip install ./python
 #                                      offline, in a fresh virtual environment)
 #   scripts/install-deps.sh vulkan     the Vulkan loader and Mesa's lavapipe, a Vulkan driver on the CPU
-#                                      (the tests vulkan_references*, bench/vulkan_refs). The shader is
-#                                      shipped compiled; scripts/gen-spirv.sh needs glslang-tools too
+#                                      (the tests vulkan_references*, bench/vulkan_refs), and the Khronos
+#                                      headers (vulkan_declarations_match). The shader is shipped
+#                                      compiled; scripts/gen-spirv.sh needs glslang-tools too
 # Several may be given at once.
 set -eu
 SUDO=""
@@ -29,7 +30,7 @@ for extra in "$@"; do
         lint) packages="$packages cppcheck" ;;
         plot) packages="$packages chromium python3" ;;
         python) packages="$packages python3 python3-venv" ;;
-        vulkan) packages="$packages libvulkan1 mesa-vulkan-drivers" ;;
+        vulkan) packages="$packages libvulkan1 mesa-vulkan-drivers libvulkan-dev" ;;
         *) echo "install-deps: unknown extra '$extra' (known: fuzz, valgrind, lint, plot, python, vulkan)" >&2; exit 2 ;;
     esac
 done
