@@ -132,6 +132,32 @@ static void test_addresses_and_buffers(void)
     CHECK_OK(tide_free(t, p));
     CHECK_OK(tide_check(t));
     close_allocator(t);
+
+    /* options a device cannot be made with */
+    tide_vk *other = (tide_vk *)&local;
+    tide_vk_options o = {.struct_size = 0};
+    CHECK_STATUS(tide_vk_create(&o, &other), TIDE_EINVAL);
+    CHECK_MESSAGE("struct_size");
+    CHECK(other == NULL);
+    o = (tide_vk_options){.struct_size = sizeof o, .host_visible = 2};
+    CHECK_STATUS(tide_vk_create(&o, &other), TIDE_EINVAL);
+    o = (tide_vk_options){.struct_size = sizeof o, .device_index = 99};
+    CHECK_STATUS(tide_vk_create(&o, &other), TIDE_EUNSUPPORTED);
+    CHECK_MESSAGE("no such device index");
+    /* the device's own memory, which the host does not see */
+    o = (tide_vk_options){.struct_size = sizeof o};
+    CHECK_OK(tide_vk_create(&o, &other));
+    tide_backend ob = tide_vk_backend(other);
+    tide_allocator *ot;
+    CHECK_OK(tide_create(&ob, NULL, &ot));
+    CHECK_OK(tide_malloc(ot, 4096, 0, &p));
+    void *h;
+    CHECK_STATUS(tide_vk_host_address(ot, p, &h), TIDE_EUNSUPPORTED);
+    CHECK_STATUS(tide_vk_submit(vk, ot, NULL, 0, &p, 1, NULL), TIDE_EINVAL); /* another device's allocator */
+    CHECK_OK(tide_vk_buffer_of(ot, p, &bp, &op));
+    CHECK_OK(tide_free(ot, p));
+    CHECK_OK(tide_destroy(ot));
+    tide_vk_destroy(other);
 }
 
 /* The rounds (see the top of the file). Returns the rounds whose new owner's words were overwritten. */
