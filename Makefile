@@ -91,9 +91,9 @@ check-sanitize: deps
 check-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) -DTIDE_WERROR=ON -DTIDE_TSAN=ON >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target test_threads test_random test_safety test_lifecycle test_expandable test_history test_teardown \
-	  test_pool_threads test_pool_threads_widened test_fork test_history_stacks
+	  test_pool_threads test_pool_threads_widened test_fork test_history_stacks test_vulkan
 	TIDE_THREAD_OPS=$(THREAD_OPS) TSAN_OPTIONS=halt_on_error=1 ctest --test-dir $(TSAN_BUILD) \
-	  --output-on-failure -R '^(test_threads|test_threads_expandable|test_random|test_safety|test_lifecycle|test_expandable|test_history|test_teardown|test_pool_threads|test_pool_threads_widened|test_fork|test_history_stacks)$$'
+	  --output-on-failure -R '^(test_threads|test_threads_expandable|test_random|test_safety|test_lifecycle|test_expandable|test_history|test_teardown|test_pool_threads|test_pool_threads_widened|test_fork|test_history_stacks|vulkan_references)$$'
 
 # Which lines of src/ the CPU tests run, per file (gcov); COVERAGE_LINES=1 lists those they do not.
 coverage: deps
