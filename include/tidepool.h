@@ -290,6 +290,16 @@ typedef struct tide_backend {
     tide_status (*va_release)(void *ctx, uintptr_t addr, size_t size);
     tide_status (*map)(void *ctx, uintptr_t addr, size_t size);
     tide_status (*unmap)(void *ctx, uintptr_t addr, size_t size);
+
+    /* Optional; tide_pool_sleep with TIDE_SLEEP_OFFLOAD needs them all. host_alloc returns size bytes
+     * of host memory that the device copies to and from at full speed (on CUDA, pinned: page-locked
+     * and mapped for the device); host_free gives it back. copy_to_host and copy_to_device copy size
+     * bytes between device memory (mapped pages) and such host memory, and return once the copy is
+     * done; tidepool calls them after synchronizing the device, with no work queued on the memory. */
+    tide_status (*host_alloc)(void *ctx, size_t size, void **out);
+    void (*host_free)(void *ctx, void *ptr, size_t size);
+    tide_status (*copy_to_host)(void *ctx, void *dst, uintptr_t src, size_t size);
+    tide_status (*copy_to_device)(void *ctx, uintptr_t dst, const void *src, size_t size);
 } tide_backend;
 
 /* Gives back what a backend owns (its close function), if tide_create has not taken it over. */
@@ -504,6 +514,55 @@ TIDE_API tide_status tide_pool_blocks(tide_allocator *t, tide_pool_id pool, tide
 TIDE_API tide_status tide_pool_restore(tide_allocator *t, tide_pool_id pool, const tide_pool_block *blocks,
                                        size_t n);
 
+/* Sleep and wake: a pool gives its device memory back while its blocks keep their addresses.
+ *
+ * Programs that share a GPU between two phases (reinforcement learning: an inference engine and a
+ * trainer on the same GPUs) must hand the engine's weights and KV cache back between phases and
+ * later have them again at the same addresses, so that the engine's captured CUDA graphs stay valid.
+ * A sleepable pool's segments are always runs of pages mapped into reserved address ranges (as under
+ * expandable_segments:True, whatever that key says), so its pages can be unmapped and mapped again
+ * at the same addresses. Needs a backend with virtual memory (sim, cuda).
+ *
+ * tide_pool_make_sleepable: the pool becomes sleepable. Only before it holds any memory (right after
+ * tide_pool_create): TIDE_EINVAL otherwise, TIDE_EUNSUPPORTED for a backend without virtual memory or
+ * a pool with its own backend.
+ *
+ * tide_pool_sleep: synchronizes the device and drains the pool's pending frees, then unmaps and
+ * releases every page of the pool's segments. Their address ranges stay reserved, and every block
+ * keeps its address. flags: TIDE_SLEEP_DISCARD (0), the contents are lost; or TIDE_SLEEP_OFFLOAD, the
+ * contents of its ACTIVE and PENDING blocks (not its cached memory) are first copied to host memory
+ * taken through the backend (pinned, on CUDA), which the wake copies back. While the pool sleeps:
+ *   - tide_malloc_pool and tide_pool_restore in it fail at once (TIDE_EINVAL), saying so;
+ *   - its blocks may be freed (tide_free, tide_release); their memory is not touched (under guard:True
+ *     the canaries are not checked: they went with the pages);
+ *   - its pages count in the statistics as asleep_bytes (and its host copies as offloaded_bytes), not
+ *     in reserved_bytes: reserved falls by what was released. Its blocks count as before (allocated,
+ *     pending, cached), so for each pool reserved + asleep = allocated + pending_free + cached;
+ *   - nothing releases its segments (tide_empty_cache, tide_pool_empty_cache, the limit), even if the
+ *     pool is released meanwhile; tide_destroy frees them and their host copies.
+ * A pool that sleeps already: the call finishes what an earlier one left undone (after a device error)
+ * with its own flags for the pages that were still mapped, and is TIDE_OK if there were none.
+ * TIDE_EBUSY during a graph capture; TIDE_EUNSUPPORTED for TIDE_SLEEP_OFFLOAD over a backend without
+ * the host-memory calls; TIDE_EINVAL for a pool that is not sleepable, unknown flags or pool 0.
+ *
+ * tide_pool_wake: maps device memory behind the pool's pages again, at the same addresses, in one map
+ * call per stretch of pages (a run of the pool's segments, as large as its blocks need), and copies
+ * offloaded contents back; then the pool takes allocations again. Discarded contents are whatever the
+ * new pages hold. If the limit or the device has too little room, cached memory outside sleeping
+ * pools is released first; if that is not enough, TIDE_ENOMEM says how much the wake needed and how
+ * much was free, and the pool stays asleep and whole (what this call mapped is unmapped again).
+ * TIDE_OK and nothing done for a pool that is awake; TIDE_EBUSY during a graph capture.
+ * A device error in the middle of either call leaves the pool asleep, its bookkeeping consistent
+ * (tide_check accepts it), and the same call can be made again to finish.
+ *
+ * tide_pool_sleeping: 1 while the pool sleeps (from the start of tide_pool_sleep to the end of a
+ * tide_pool_wake that finished), else 0. */
+enum { TIDE_SLEEP_DISCARD = 0, TIDE_SLEEP_OFFLOAD = 1 };
+TIDE_API tide_status tide_pool_make_sleepable(tide_allocator *t, tide_pool_id pool);
+TIDE_API tide_status tide_pool_sleep(tide_allocator *t, tide_pool_id pool, unsigned flags);
+TIDE_API tide_status tide_pool_wake(tide_allocator *t, tide_pool_id pool);
+TIDE_API tide_status tide_pool_sleeping(tide_allocator *t, tide_pool_id pool, uint32_t *out);
+
 /* Graph capture. Between tide_capture_begin and the matching tide_capture_end (they nest, one pair per
  * capture on the device) the device may not be asked anything that a stream capture forbids: tidepool
  * queries no fence, synchronizes nothing and releases no memory to the device. A block freed meanwhile
@@ -545,7 +604,7 @@ typedef struct tide_stat {
                        (reserved_bytes' peak is always exact) */
 } tide_stat;
 
-#define TIDE_STATS_VERSION 2
+#define TIDE_STATS_VERSION 3
 
 typedef struct tide_stats {
     uint32_t struct_size;          /* set by the caller: sizeof(tide_stats); fields past it are left
@@ -590,6 +649,10 @@ typedef struct tide_stats {
                                       release device memory (with expandable segments, that map and
                                       unmap pages): what the driver cost the program (a release may
                                       wait for the device) */
+
+    /* Since version 3: sleeping pools (tide_pool_sleep). */
+    tide_stat asleep_bytes[TIDE_POOL_COUNT];       /* their pages, unmapped: not in reserved_bytes */
+    tide_stat offloaded_bytes[TIDE_POOL_COUNT];    /* their contents, kept in host memory */
 } tide_stats;
 
 /* Fills *out. Set out->struct_size = sizeof(*out) first. */

@@ -75,9 +75,19 @@ typedef enum tide_sim_op {
     TIDE_SIM_VA_RELEASE,
     TIDE_SIM_MAP,
     TIDE_SIM_UNMAP,
+    TIDE_SIM_HOST_ALLOC,       /* host memory for offloaded contents (tide_pool_sleep) */
+    TIDE_SIM_COPY_TO_HOST,
+    TIDE_SIM_COPY_TO_DEVICE,
     TIDE_SIM_OP_COUNT
 } tide_sim_op;
 TIDE_API void tide_sim_inject_fault(tide_sim *sim, tide_sim_op op, uint32_t skip, uint32_t count);
+
+/* Device memory is modelled as virtual ranges and physical pages apart: va_reserve takes addresses
+ * only; map puts pages behind them (counted in held_bytes and mapped_pages, and the device's free
+ * memory falls), unmap takes them away (their contents are gone: the host gets the memory back, and
+ * a touch faults) while the range and its addresses stay reserved. host_alloc, host_free,
+ * copy_to_host and copy_to_device (tide_pool_sleep's offload) take host memory and copy between it
+ * and mapped pages, checking that every page copied is mapped. */
 
 /* What the device saw: calls of each backend function (failed ones included) and what it holds. */
 typedef struct tide_sim_counters {
@@ -88,6 +98,10 @@ typedef struct tide_sim_counters {
     uint64_t mapped_pages;     /* pages mapped (map), each page_size bytes; counted in held_bytes */
     uint64_t va_ranges;        /* address ranges reserved (va_reserve) and not yet released */
     uint64_t live_fences;      /* created and not yet destroyed */
+    uint64_t host_bytes;       /* host memory taken by host_alloc and not yet freed (the "pinned"
+                                  memory of offloaded contents) */
+    uint64_t host_buffers;     /* ... in this many buffers */
+    uint64_t copied_bytes;     /* by copy_to_host and copy_to_device, since creation */
 } tide_sim_counters;
 TIDE_API void tide_sim_get_counters(tide_sim *sim, tide_sim_counters *out);
 

@@ -25,6 +25,7 @@ __attribute__((format(printf, 2, 3))) static void problem(struct checker *c, con
 struct tally {
     int64_t reserved, allocated, requested, pending, idle, cached, inactive_split;
     int64_t allocation, segment, pending_blocks;
+    int64_t asleep, offloaded;        /* sleeping pools' runs: bytes unmapped, bytes in host copies */
     size_t free_blocks;
 };
 
@@ -184,6 +185,14 @@ static void check_segment(struct checker *c, tide_allocator *t, struct heap *h, 
                 wholly_free ? "" : "not ", seg->idle ? "" : "not ");
     if (seg->idle)
         tl->idle += (int64_t)seg->size;
+    if (seg->asleep && (!seg->arena || !h->sleeping))
+        problem(c, "segment 0x%llx is asleep but is %s", base, seg->arena ? "in a heap that does not sleep"
+                                                                           : "no run of pages");
+    else if (seg->asleep)
+        tl->asleep += (int64_t)(seg->size - expandable_mapped_bytes(seg, t->backend.page_size));
+    if (seg->copy && !seg->asleep)
+        problem(c, "segment 0x%llx keeps a host copy of its contents but is awake", base);
+    tl->offloaded += (int64_t)sleep_copy_bytes(seg);
 }
 
 /* The pages of run r are whole units (expandable.c): each page in a unit, every unit starting inside
@@ -194,6 +203,8 @@ static void check_units(struct checker *c, const struct arena *a, const struct s
     size_t first = (r->base - a->base) / page, end = first + r->size / page, pages = a->size / page;
     for (size_t pg = first; pg < end; pg++) {
         uint32_t u = a->unit_first[pg];
+        if (u == 0 && r->asleep) /* a sleeping pool's page, given back */
+            continue;
         bool continues = pg > first && u == a->unit_first[pg - 1], starts = u == pg + 1;
         if (u == 0 || u - 1 < first || !(continues || starts)) {
             problem(c, "run 0x%llx: its page at 0x%llx is not in a unit that starts inside the run",
@@ -367,6 +378,8 @@ static int64_t check_heap_counters(struct checker *c, struct heap *h, const stru
         check_counter(c, h, pub, "requested_bytes", s->requested.cur, w->requested);
         check_counter(c, h, pub, "pending_free_bytes", s->pending.cur, w->pending);
         check_counter(c, h, pub, "idle bytes", s->idle, w->idle);
+        check_counter(c, h, pub, "asleep_bytes", s->asleep.cur, w->asleep);
+        check_counter(c, h, pub, "offloaded_bytes", s->offloaded.cur, w->offloaded);
         /* active, cached and inactive_split are computed from the counters above (stats.c), so they
          * agree with the walk whenever those do. */
         check_counter(c, h, pub, "allocation", s->allocation.cur, w->allocation);
@@ -385,9 +398,11 @@ static int64_t check_heap_counters(struct checker *c, struct heap *h, const stru
             all.allocation += w->allocation;
             all.segment += w->segment;
             all.pending_blocks += w->pending_blocks;
+            all.asleep += w->asleep;
+            all.offloaded += w->offloaded;
         }
     }
-    return all.reserved;
+    return all.reserved - all.asleep; /* what the device holds: a sleeping pool's pages went back */
 }
 
 static void check_heap(struct checker *c, tide_allocator *t, struct heap *h, int64_t *reserved)

@@ -709,8 +709,85 @@ tide_status expandable_release_pages(tide_allocator *t, size_t want,
     return release_pages(t, want, 0, 0, r, released);
 }
 
+/* ---- sleeping pools (sleep.c) -------------------------------------------------------------------------- */
+
+bool expandable_next_mapped(const struct segment *run, size_t page, uintptr_t from, uintptr_t *lo,
+                            uintptr_t *hi)
+{
+    const struct arena *a = run->arena;
+    for (uintptr_t at = from; at < run->base + run->size; at += page)
+        if (a->unit_first[page_index(a, at, page)]) {
+            unit_around(a, at, page, lo, hi);
+            return true;
+        }
+    return false;
+}
+
+bool expandable_next_unmapped(const struct segment *run, size_t page, uintptr_t from, uintptr_t *lo,
+                              uintptr_t *hi)
+{
+    const struct arena *a = run->arena;
+    uintptr_t end = run->base + run->size, at = from;
+    while (at < end && a->unit_first[page_index(a, at, page)])
+        at += page;
+    if (at >= end)
+        return false;
+    *lo = at;
+    while (at < end && !a->unit_first[page_index(a, at, page)])
+        at += page;
+    *hi = at;
+    return true;
+}
+
+size_t expandable_mapped_bytes(const struct segment *run, size_t page)
+{
+    size_t bytes = 0;
+    for (uintptr_t at = run->base; at < run->base + run->size; at += page)
+        bytes += run->arena->unit_first[page_index(run->arena, at, page)] ? page : 0;
+    return bytes;
+}
+
+tide_status expandable_unmap_unit(tide_allocator *t, struct segment *run, uintptr_t lo, uintptr_t hi)
+{
+    const tide_backend *be = &t->backend;
+    tide__clear_backend_message();
+    uint64_t started = now_ns();
+    tide_status s = be->unmap(be->ctx, lo, hi - lo);
+    note_device_call(t, started);
+    if (s == TIDE_OK)
+        units_mark(run->arena, lo, hi, be->page_size, false);
+    return s;
+}
+
+tide_status expandable_map_unit(tide_allocator *t, struct segment *run, uintptr_t lo, uintptr_t hi)
+{
+    const tide_backend *be = &t->backend;
+    tide__clear_backend_message();
+    uint64_t started = now_ns();
+    tide_status s = be->map(be->ctx, lo, hi - lo);
+    note_device_call(t, started);
+    if (s == TIDE_OK)
+        units_mark(run->arena, lo, hi, be->page_size, true);
+    return s;
+}
+
 tide_status expandable_unmap_run(tide_allocator *t, struct segment *seg, size_t *unmapped)
 {
+    if (seg->asleep) { /* tide_destroy: what is still mapped goes, and the host copy */
+        size_t page = t->backend.page_size;
+        uintptr_t lo, hi;
+        tide_status s = TIDE_OK;
+        *unmapped = 0;
+        sleep_copy_free(t, seg);
+        for (uintptr_t at = seg->base; s == TIDE_OK && expandable_next_mapped(seg, page, at, &lo, &hi); at = hi)
+            if ((s = expandable_unmap_unit(t, seg, lo, hi)) == TIDE_OK)
+                *unmapped += hi - lo;
+        if (s == TIDE_OK && in_arena_list(seg)) {
+            run_remove(seg);
+            seg->arena = NULL;
+        }
+        return s;
+    }
     tide_status s = unmap_units(t, seg->arena, seg->base, seg->size, unmapped);
     if (s != TIDE_OK) { /* what is left is still mapped, and goes back to the heap */
         seg->base += *unmapped;

@@ -445,6 +445,14 @@ static inline void note_device_call(tide_allocator *t, uint64_t started)
 void note_reserved(tide_allocator *t, size_t bytes);   /* reserved grew: peaks, marks, counters */
 void note_released(tide_allocator *t, size_t bytes, tide_release_report *r);
 
+/* ---- pool.c and sleep.c: sleeping pools --------------------------------------------------------------- */
+tide_status pool_sleep_mark(tide_allocator *t, tide_pool_id id, const char *verb, int mark, struct heap **heaps,
+                            uint32_t *nheaps, bool *was_asleep);
+/* Gives an asleep run's host copy back (tide_destroy; the statistics are not kept). */
+void sleep_copy_free(tide_allocator *t, struct segment *run);
+/* The bytes of host memory an asleep run's copy holds (0: none). */
+size_t sleep_copy_bytes(const struct segment *run);
+
 /* ---- expandable.c: segments that grow (expandable_segments:True), under the pressure lock ------ */
 /* Maps the pages a request lacks, growing a run (or starting one), and takes the block from it. */
 tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
@@ -461,6 +469,17 @@ void expandable_reattach_run(tide_allocator *t, struct heap *h, struct segment *
 /* tide_destroy: gives back the address ranges of heap h (its runs are unmapped already); returns the
  * bytes of address range the device refused to take back. */
 uint64_t expandable_release_arenas(tide_allocator *t, struct heap *h);
+/* For sleep.c, under the pressure lock. The first unit of mapped pages of run at or above from, as
+ * [*lo, *hi): false if none. The first stretch of unmapped pages of run at or above from: false if
+ * none. The pages of the run that are mapped, in bytes. */
+bool expandable_next_mapped(const struct segment *run, size_t page, uintptr_t from, uintptr_t *lo,
+                            uintptr_t *hi);
+bool expandable_next_unmapped(const struct segment *run, size_t page, uintptr_t from, uintptr_t *lo,
+                              uintptr_t *hi);
+size_t expandable_mapped_bytes(const struct segment *run, size_t page);
+/* One unit, [lo, hi) of run's arena: unmapped (whole, as it was mapped), or mapped as one unit. */
+tide_status expandable_unmap_unit(tide_allocator *t, struct segment *run, uintptr_t lo, uintptr_t hi);
+tide_status expandable_map_unit(tide_allocator *t, struct segment *run, uintptr_t lo, uintptr_t hi);
 
 /* ---- pressure.c: segments from the backend, limits, GC, the out-of-memory ladder, emptying -------- */
 /* Allocates from a new segment or after freeing memory; called when the fast path found no fit.
@@ -471,6 +490,9 @@ tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report)
 /* The same for one private pool's heaps only, in use or not (tide_pool_empty_cache). */
 tide_status pressure_empty_pool(tide_allocator *t, tide_pool_id pool, tide_release_report *report);
 tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report *report);
+/* Under the pressure lock, outside a capture: drains what has completed and releases cached memory
+ * (not of pools that keep theirs) until want bytes are released, or all it can (tide_pool_wake). */
+tide_status pressure_make_room(tide_allocator *t, size_t want);
 tide_status pressure_set_limit(tide_allocator *t, size_t bytes);
 /* Waits for all the device's work, with no lock held (a completion callback it waits for may call
  * tidepool); *seq: the pending sequence before it began. Then, under the pressure lock, drains every

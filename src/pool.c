@@ -27,6 +27,8 @@ struct private_pool {
     tide_pool_id id;
     uint32_t use_count;
     uint32_t nheaps;
+    bool sleepable;                    /* tide_pool_make_sleepable: its heaps map pages (heap's vm) */
+    bool asleep;                       /* from tide_pool_sleep until a tide_pool_wake finishes (sleep.c) */
     struct heap *heaps[TIDE_POOL_MAX_STREAMS];
 };
 
@@ -60,6 +62,12 @@ static tide_status live_pool(tide_allocator *t, tide_pool_id id, const char *ver
                           (unsigned long long)id);
     *out = p;
     return TIDE_OK;
+}
+
+static tide_status asleep_pool(const char *verb, tide_pool_id id)
+{
+    return tide__fail(TIDE_EINVAL, "%s: pool %llu is asleep (tide_pool_sleep): its memory was given back; "
+                      "wake it with tide_pool_wake first", verb, (unsigned long long)id);
 }
 
 /* Drops the released pool p from the table once it has no heap left. Under heaps_lock. */
@@ -152,8 +160,8 @@ tide_status tide_pool_release(tide_allocator *t, tide_pool_id id)
     struct private_pool *p = NULL;
     tide_status s = live_pool(t, id, "tide_pool_release", &p);
     if (s == TIDE_OK && --p->use_count == 0) {
-        for (uint32_t i = 0; i < p->nheaps; i++)
-            p->heaps[i]->keeps_memory = false;
+        for (uint32_t i = 0; i < p->nheaps; i++) /* a sleeping heap keeps it until it wakes */
+            p->heaps[i]->keeps_memory = p->heaps[i]->sleeping;
         forget_if_empty(t, p);
     }
     pthread_mutex_unlock(&t->heaps_lock);
@@ -184,7 +192,7 @@ tide_status tide_pool_memory(tide_allocator *t, tide_pool_id id, size_t *reserve
     for (uint32_t i = 0; p && i < p->nheaps; i++) {
         struct heap *h = p->heaps[i];
         heap_lock(h);
-        r += (size_t)h->stats.pool[TIDE_POOL_ALL].reserved.cur;
+        r += (size_t)(h->stats.pool[TIDE_POOL_ALL].reserved.cur - h->stats.pool[TIDE_POOL_ALL].asleep.cur);
         a += (size_t)h->stats.pool[TIDE_POOL_ALL].allocated.cur;
         heap_unlock(h);
     }
@@ -231,6 +239,7 @@ static struct heap *recycle_heap(tide_allocator *t, struct private_pool *p, tide
                 h->pool_id = p->id;
                 h->backend = p->backend;
                 h->keeps_memory = true;
+                h->vm = p->sleepable;
             }
             heap_unlock(h);
             if (!empty)
@@ -271,6 +280,7 @@ static tide_status pool_heap(tide_allocator *t, struct private_pool *p, tide_str
     h->pool_id = p->id;
     h->backend = p->backend;
     h->keeps_memory = true; /* the use count is above 0: a released pool takes no allocation */
+    h->vm = p->sleepable;
     history_heap_created(t, h);
     t->heaps[n] = h;
     atomic_store_explicit(&t->nheaps, n + 1, memory_order_release);
@@ -296,6 +306,8 @@ tide_status tide_malloc_pool(tide_allocator *t, size_t size, tide_stream stream,
     struct private_pool *p = NULL;
     struct heap *h = NULL;
     tide_status s = live_pool(t, id, "tide_malloc_pool", &p); /* a released pool takes no allocation */
+    if (s == TIDE_OK && p->asleep) /* nor does a sleeping one; sleep.c waits for those counted below */
+        s = asleep_pool("tide_malloc_pool", id);
     if (s == TIDE_OK && (h = heap_of_pool(p, stream)))
         atomic_fetch_add_explicit(&h->pool_mallocs, 1, memory_order_relaxed);
     pthread_mutex_unlock(&t->heaps_lock);
@@ -303,6 +315,8 @@ tide_status tide_malloc_pool(tide_allocator *t, size_t size, tide_stream stream,
         pthread_mutex_lock(&t->pressure);
         pthread_mutex_lock(&t->heaps_lock);
         s = live_pool(t, id, "tide_malloc_pool", &p);
+        if (s == TIDE_OK && p->asleep)
+            s = asleep_pool("tide_malloc_pool", id);
         if (s == TIDE_OK && (s = pool_heap(t, p, stream, &h)) == TIDE_OK)
             atomic_fetch_add_explicit(&h->pool_mallocs, 1, memory_order_relaxed);
         pthread_mutex_unlock(&t->heaps_lock);
@@ -350,6 +364,93 @@ tide_status tide_segment_of(tide_allocator *t, void *ptr, uintptr_t *base, size_
     return TIDE_OK;
 }
 
+/* ---- sleep and wake: the pool's side (sleep.c does the rest) -------------------------------------------- */
+
+tide_status tide_pool_make_sleepable(tide_allocator *t, tide_pool_id id)
+{
+    CHECK_ALLOCATOR(t);
+    const tide_backend *be = &t->backend;
+    if (!be->va_reserve || !be->va_release || !be->map || !be->unmap || !be->page_size ||
+        be->page_size % TIDE_SEGMENT_GRANULE)
+        return tide__fail(TIDE_EUNSUPPORTED, "tide_pool_make_sleepable: the %s backend has no virtual memory "
+                          "(va_reserve, map, unmap and a page size that is a multiple of 2 MiB), which "
+                          "keeping addresses while the memory is away needs", be->name);
+    pthread_mutex_lock(&t->pressure); /* a heap's vm is read by grow, under it */
+    pthread_mutex_lock(&t->heaps_lock);
+    struct private_pool *p = NULL;
+    tide_status s = live_pool(t, id, "tide_pool_make_sleepable", &p);
+    if (s == TIDE_OK && p->backend)
+        s = tide__fail(TIDE_EUNSUPPORTED, "tide_pool_make_sleepable: pool %llu has its own backend, which "
+                       "reserves whole segments; a sleepable pool maps pages", (unsigned long long)id);
+    for (uint32_t i = 0; s == TIDE_OK && i < p->nheaps; i++)
+        if (p->heaps[i]->segments && !p->heaps[i]->vm)
+            s = tide__fail(TIDE_EINVAL, "tide_pool_make_sleepable: pool %llu holds memory already; make it "
+                           "sleepable right after tide_pool_create", (unsigned long long)id);
+    if (s == TIDE_OK) {
+        p->sleepable = true;
+        for (uint32_t i = 0; i < p->nheaps; i++)
+            p->heaps[i]->vm = true;
+    }
+    pthread_mutex_unlock(&t->heaps_lock);
+    pthread_mutex_unlock(&t->pressure);
+    return s;
+}
+
+tide_status tide_pool_sleeping(tide_allocator *t, tide_pool_id id, uint32_t *out)
+{
+    CHECK_ALLOCATOR(t);
+    if (!out)
+        return tide__fail(TIDE_EINVAL, "tide_pool_sleeping: out is NULL");
+    pthread_mutex_lock(&t->heaps_lock);
+    struct private_pool *p = find_pool(t, id);
+    bool known = p || forgotten(t, id);
+    if (known)
+        *out = p && p->asleep;
+    pthread_mutex_unlock(&t->heaps_lock);
+    return known ? TIDE_OK : unknown_pool("tide_pool_sleeping", id);
+}
+
+/* sleep.c's view of a sleepable pool: its heaps (into heaps[TIDE_POOL_MAX_STREAMS]), whether it was
+ * asleep, and its mark set (mark > 0), cleared (< 0) or left (0). Fails, saying so, for pool 0, a pool
+ * never made, one released whose memory is all gone, or one that is not sleepable. */
+tide_status pool_sleep_mark(tide_allocator *t, tide_pool_id id, const char *verb, int mark, struct heap **heaps,
+                            uint32_t *nheaps, bool *was_asleep)
+{
+    pthread_mutex_lock(&t->heaps_lock);
+    struct private_pool *p = find_pool(t, id);
+    tide_status s = TIDE_OK;
+    if (id == 0)
+        s = tide__fail(TIDE_EINVAL, "%s: pool 0 is the memory outside pools, which cannot sleep", verb);
+    else if (!p)
+        s = forgotten(t, id) ? tide__fail(TIDE_EINVAL, "%s: pool %llu was released and holds no memory",
+                                          verb, (unsigned long long)id)
+                             : unknown_pool(verb, id);
+    else if (!p->sleepable)
+        s = tide__fail(TIDE_EINVAL, "%s: pool %llu is not sleepable: call tide_pool_make_sleepable right "
+                       "after tide_pool_create", verb, (unsigned long long)id);
+    if (s == TIDE_OK) {
+        if (was_asleep)
+            *was_asleep = p->asleep;
+        if (mark > 0) {
+            p->asleep = true;
+        } else if (mark < 0) { /* awake (under the pressure lock, which keeps_memory is read under) */
+            p->asleep = false;
+            for (uint32_t i = 0; i < p->nheaps; i++) {
+                heap_lock(p->heaps[i]);
+                p->heaps[i]->sleeping = false;
+                p->heaps[i]->keeps_memory = p->use_count > 0;
+                heap_unlock(p->heaps[i]);
+            }
+        }
+        if (heaps) {
+            *nheaps = p->nheaps;
+            memcpy(heaps, p->heaps, p->nheaps * sizeof *p->heaps);
+        }
+    }
+    pthread_mutex_unlock(&t->heaps_lock);
+    return s;
+}
+
 /* ---- checkpoints --------------------------------------------------------------------------------------- */
 
 /* A copy of the pool's heaps, so that the table's lock need not be held while waiting for the device
@@ -366,8 +467,8 @@ static tide_status heaps_of_pool(tide_allocator *t, tide_pool_id id, const char 
     pthread_mutex_lock(&t->heaps_lock);
     struct private_pool *p = NULL;
     tide_status s = TIDE_OK;
-    if (must_be_live)
-        s = live_pool(t, id, verb, &p);
+    if (must_be_live && (s = live_pool(t, id, verb, &p)) == TIDE_OK && p->asleep)
+        s = asleep_pool(verb, id);
     else if (!(p = find_pool(t, id)) && !forgotten(t, id))
         s = unknown_pool(verb, id);
     out->n = 0;

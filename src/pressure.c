@@ -290,7 +290,7 @@ static struct block *retry_fit(struct heap *h, enum pool_kind pool, size_t round
 static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
                         size_t requested, struct block **out)
 {
-    if (t->conf.expandable_segments)
+    if (t->conf.expandable_segments || h->vm) /* h->vm: a sleepable pool's heap maps pages */
         return expandable_grow(t, h, pool, rounded, requested, out);
     size_t sizes[2] = {segment_size_for(pool, rounded), round_up(rounded, TIDE_SEGMENT_GRANULE)};
     int nsizes = sizes[1] < sizes[0] ? 2 : 1;
@@ -513,7 +513,7 @@ tide_status pressure_empty_pool(tide_allocator *t, tide_pool_id pool, tide_relea
     r.drained_blocks = drain_after_synchronize(t, seq, s);
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
-        if (h->pool_id != pool)
+        if (h->pool_id != pool || h->sleeping) /* a sleeping pool's pages are gone already */
             continue;
         struct segment *list = NULL;
         heap_lock(h);
@@ -529,6 +529,12 @@ tide_status pressure_empty_pool(tide_allocator *t, tide_pool_id pool, tide_relea
     if (report)
         *report = r;
     return s;
+}
+
+tide_status pressure_make_room(tide_allocator *t, size_t want)
+{
+    poll_all(t);
+    return release_cached(t, want, NULL, NULL);
 }
 
 tide_status pressure_trim(tide_allocator *t, size_t target, tide_release_report *report)

@@ -33,6 +33,8 @@ struct segment *segment_struct(tide_allocator *t)
     seg->idle_since = 0;
     seg->arena = NULL;
     seg->run_prev = seg->run_next = NULL;
+    seg->asleep = false;
+    seg->copy = NULL;
     return seg;
 }
 

@@ -14,7 +14,8 @@ void heap_stats_reset_peaks(struct heap_stats *s)
     for (int i = 0; i < TIDE_POOL_COUNT; i++) {
         struct pool_stats *p = &s->pool[i];
         struct counter *all[] = {&p->reserved, &p->allocated, &p->requested, &p->pending,
-                                 &p->allocation, &p->segment, &p->pending_blocks};
+                                 &p->allocation, &p->segment, &p->pending_blocks, &p->asleep,
+                                 &p->offloaded};
         for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
             reset_counter(all[k]);
         p->active_peak = pool_active(p);
@@ -42,7 +43,10 @@ void stats_collect_locked(tide_allocator *t, tide_stats *out)
         const struct heap_stats *hs = &t->heaps[i]->stats;
         for (int k = 0; k < TIDE_POOL_COUNT; k++) {
             const struct pool_stats *p = &hs->pool[k];
-            add_stat(&s.reserved_bytes[k], p->reserved.cur, p->reserved.peak);
+            /* A sleeping pool's pages are not reserved (sleep.c); its blocks count as before. */
+            add_stat(&s.reserved_bytes[k], p->reserved.cur - p->asleep.cur, p->reserved.peak);
+            add_stat(&s.asleep_bytes[k], p->asleep.cur, p->asleep.peak);
+            add_stat(&s.offloaded_bytes[k], p->offloaded.cur, p->offloaded.peak);
             add_stat(&s.allocated_bytes[k], p->allocated.cur, p->allocated.peak);
             add_stat(&s.requested_bytes[k], p->requested.cur, p->requested.peak);
             add_stat(&s.active_bytes[k], pool_active(p), p->active_peak);
@@ -129,6 +133,7 @@ size_t stats_to_json(const tide_stats *s, char *buf, size_t cap)
         {"pending_free_bytes", s->pending_free_bytes}, {"cached_bytes", s->cached_bytes},
         {"inactive_split_bytes", s->inactive_split_bytes}, {"allocation", s->allocation},
         {"segment", s->segment},                       {"pending_free_blocks", s->pending_free_blocks},
+        {"asleep_bytes", s->asleep_bytes},             {"offloaded_bytes", s->offloaded_bytes},
     };
     const struct {
         const char *name;

@@ -146,6 +146,11 @@ struct segment {
     uint64_t idle_since;              /* idle_clock() when it became wholly free (0 while one heap) */
     struct arena *arena;              /* expandable: the arena it lies in; NULL for a reservation */
     struct segment *run_prev, *run_next; /* expandable: the arena's runs, by address (pressure lock) */
+    /* A run of a sleeping pool (sleep.c): its pages are unmapped, or being unmapped or mapped again
+     * (arena's unit_first says which are mapped); its blocks keep their addresses. Written under the
+     * pressure lock and its heap's lock. */
+    bool asleep;
+    struct sleep_copy *copy;          /* asleep, offloaded: its blocks' contents in host memory, or NULL */
 };
 
 /* Expandable segments: an address range reserved for one pool of one heap, with pages mapped into it.
@@ -230,6 +235,10 @@ struct pool_stats {
     struct counter allocation, segment, pending_blocks;
     int64_t idle;                     /* bytes in wholly free segments (the releasable cache) */
     int64_t active_peak, cached_peak, inactive_split_peak;
+    /* Sleeping pools (sleep.c), under the pressure lock and the heap's lock: bytes of asleep runs with
+     * no device memory behind them (counted in reserved above, which is the blocks' bookkeeping, but
+     * not in the allocator's reserved total), and bytes of their contents kept in host memory. */
+    struct counter asleep, offloaded;
 };
 struct heap_stats {
     struct pool_stats pool[TIDE_POOL_COUNT];   /* indexed by TIDE_POOL_ALL / _SMALL / _LARGE */
@@ -270,6 +279,10 @@ struct heap {
     bool keeps_memory;                        /* its pool's use count is above 0: no idle segment or
                                                  free page of it is released (written under the
                                                  pressure lock and read under it) */
+    bool vm;                                  /* its segments are runs of mapped pages whatever
+                                                 expandable_segments says: a sleepable pool's heap */
+    bool sleeping;                            /* its pool sleeps (sleep.c): keeps_memory stays true,
+                                                 whatever the use count, until it wakes */
     _Atomic(uint32_t) pool_mallocs;           /* tide_malloc_pool calls that chose this heap and have
                                                  not returned: it changes pools only at 0 (pool.c) */
     struct free_index free[POOL_KINDS];

@@ -95,6 +95,7 @@ struct tide_sim {
     struct sim_vrange *vranges;
     size_t nvranges, vranges_cap;
     uint64_t mapped_pages;
+    uint64_t host_bytes, host_buffers, copied_bytes; /* host_alloc and the copies (sleeping pools) */
     struct fault_plan faults[TIDE_SIM_OP_COUNT];
     uint64_t calls[TIDE_SIM_OP_COUNT], failures[TIDE_SIM_OP_COUNT];
     uint32_t forks;                   /* process_forks when made: another count means a child's copy */
@@ -192,7 +193,8 @@ static void host_unmap(const tide_sim *sim, uintptr_t addr, size_t size)
 
 static const char *op_names[TIDE_SIM_OP_COUNT] = {
     "reserve", "release", "fence_create", "fence_record", "fence_query", "synchronize", "mem_info",
-    "fill", "verify", "va_reserve", "va_release", "map", "unmap",
+    "fill", "verify", "va_reserve", "va_release", "map", "unmap", "host_alloc", "copy_to_host",
+    "copy_to_device",
 };
 
 const char *tide_sim_op_name(tide_sim_op op)
@@ -248,6 +250,9 @@ void tide_sim_get_counters(tide_sim *sim, tide_sim_counters *out)
     out->mapped_pages = sim->mapped_pages;
     out->va_ranges = sim->nvranges;
     out->live_fences = sim->live_fences;
+    out->host_bytes = sim->host_bytes;
+    out->host_buffers = sim->host_buffers;
+    out->copied_bytes = sim->copied_bytes;
     if (locked)
         pthread_mutex_unlock(&sim->lock);
 }
@@ -889,6 +894,75 @@ static tide_status sim_unmap(void *ctx, uintptr_t addr, size_t size)
     return TIDE_OK;
 }
 
+/* ---- host memory and copies (offloaded contents of sleeping pools) ------------------------------------- */
+
+/* Host memory that the device copies to and from: on CUDA, pinned. Here an anonymous mapping, so that
+ * freeing it gives the memory back to the system at once, and counted. */
+static tide_status sim_host_alloc(void *ctx, size_t size, void **out)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_HOST_ALLOC))
+        return TIDE_ENOMEM;
+    void *p = size ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    if (p == MAP_FAILED) {
+        tide_backend_error("sim: host_alloc of %zu bytes failed", size);
+        return TIDE_ENOMEM;
+    }
+    pthread_mutex_lock(&sim->lock);
+    sim->host_bytes += size;
+    sim->host_buffers++;
+    pthread_mutex_unlock(&sim->lock);
+    *out = p;
+    return TIDE_OK;
+}
+
+static void sim_host_free(void *ctx, void *ptr, size_t size)
+{
+    tide_sim *sim = ctx;
+    if (!ptr || forked(sim))
+        return;
+    munmap(ptr, size);
+    pthread_mutex_lock(&sim->lock);
+    sim->host_bytes -= size;
+    sim->host_buffers--;
+    pthread_mutex_unlock(&sim->lock);
+}
+
+/* Whether [p, p+size) is device memory that is there now: in one reserved segment, or in mapped pages
+ * of one range. Under the device's lock. */
+static bool device_memory_there(tide_sim *sim, uintptr_t p, size_t size)
+{
+    return size && held_since(sim, p, size, UINT64_MAX);
+}
+
+static tide_status sim_copy(tide_sim *sim, tide_sim_op op, void *dst, const void *src, uintptr_t device,
+                            size_t size)
+{
+    if (injected_fault(sim, op))
+        return TIDE_EDEVICE;
+    pthread_mutex_lock(&sim->lock);
+    if (!device_memory_there(sim, device, size)) {
+        pthread_mutex_unlock(&sim->lock);
+        tide_backend_error("sim: %s of %zu bytes at 0x%llx: not device memory that is reserved or mapped",
+                           op_names[op], size, (unsigned long long)device);
+        return TIDE_EINVAL;
+    }
+    memcpy(dst, src, size); /* under the lock: no unmap takes the pages meanwhile */
+    sim->copied_bytes += size;
+    pthread_mutex_unlock(&sim->lock);
+    return TIDE_OK;
+}
+
+static tide_status sim_copy_to_host(void *ctx, void *dst, uintptr_t src, size_t size)
+{
+    return sim_copy(ctx, TIDE_SIM_COPY_TO_HOST, dst, (const void *)src, src, size);
+}
+
+static tide_status sim_copy_to_device(void *ctx, uintptr_t dst, const void *src, size_t size)
+{
+    return sim_copy(ctx, TIDE_SIM_COPY_TO_DEVICE, (void *)dst, src, dst, size);
+}
+
 tide_backend tide_sim_backend(tide_sim *sim)
 {
     tide_backend b;
@@ -912,6 +986,10 @@ tide_backend tide_sim_backend(tide_sim *sim)
     b.va_release = sim_va_release;
     b.map = sim_map;
     b.unmap = sim_unmap;
+    b.host_alloc = sim_host_alloc;
+    b.host_free = sim_host_free;
+    b.copy_to_host = sim_copy_to_host;
+    b.copy_to_device = sim_copy_to_device;
     return b;
 }
 
