@@ -107,6 +107,12 @@ static struct driver {
     CUresult (*DeviceCanAccessPeer)(int *, CUdevice, CUdevice);
     /* graph capture: a reservation made while a stream is capturing (CUDA 10.1 and later) */
     CUresult (*ThreadExchangeStreamCaptureMode)(int *);
+    /* sleeping pools' offloaded contents: pinned host memory and copies (optional: the sleep's
+     * TIDE_SLEEP_OFFLOAD is unsupported without them) */
+    CUresult (*MemHostAlloc)(void **, size_t, unsigned);
+    CUresult (*MemFreeHost)(void *);
+    CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
 } cu;
 
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
@@ -172,6 +178,10 @@ static void load_driver(void)
         OPTIONAL(MemSetAccess, "cuMemSetAccess"),
         OPTIONAL(DeviceCanAccessPeer, "cuDeviceCanAccessPeer"),
         OPTIONAL(ThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode"),
+        OPTIONAL(MemHostAlloc, "cuMemHostAlloc"),
+        OPTIONAL(MemFreeHost, "cuMemFreeHost"),
+        OPTIONAL(MemcpyDtoH, "cuMemcpyDtoH_v2"),
+        OPTIONAL(MemcpyHtoD, "cuMemcpyHtoD_v2"),
 #undef SYMBOL
 #undef OPTIONAL
     };
@@ -503,6 +513,43 @@ static tide_status cuda_unmap(void *ctx, uintptr_t addr, size_t size)
     return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuMemUnmap");
 }
 
+/* ---- pinned host memory and copies (sleeping pools' offloaded contents) ------------------------------- */
+
+/* Page-locked, so that the copies run at the link's full speed (a copy from pageable memory goes
+ * through a staging buffer at about half of it); portable, so any context may copy from it. */
+enum { CU_MEMHOSTALLOC_PORTABLE = 1 };
+
+static tide_status cuda_host_alloc(void *ctx, size_t size, void **out)
+{
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.MemHostAlloc(out, size, CU_MEMHOSTALLOC_PORTABLE));
+    return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuMemHostAlloc");
+}
+
+static void cuda_host_free(void *ctx, void *ptr, size_t size)
+{
+    (void)size;
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.MemFreeHost(ptr));
+    (void)r;
+}
+
+/* The synchronous copies: tidepool calls them after synchronizing the device, and needs them done
+ * before it unmaps the pages (to host) or hands the pool back (to device). */
+static tide_status cuda_copy_to_host(void *ctx, void *dst, uintptr_t src, size_t size)
+{
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.MemcpyDtoH(dst, (CUdeviceptr)src, size));
+    return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuMemcpyDtoH");
+}
+
+static tide_status cuda_copy_to_device(void *ctx, uintptr_t dst, const void *src, size_t size)
+{
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.MemcpyHtoD((CUdeviceptr)dst, src, size));
+    return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuMemcpyHtoD");
+}
+
 /* Fills in the page size and the access list; leaves virtual memory off (NULL functions) if the
  * driver lacks it. */
 static void vm_setup(struct cuda_device *d, const int *peers, int npeers, tide_backend *out)
@@ -629,5 +676,11 @@ tide_status tide_backend_cuda_peers(int device, const int *peers, int npeers, ti
     out->fill = cuda_fill;
     out->verify = cuda_verify;
     vm_setup(d, peers, npeers, out);
+    if (cu.MemHostAlloc && cu.MemFreeHost && cu.MemcpyDtoH && cu.MemcpyHtoD) {
+        out->host_alloc = cuda_host_alloc;
+        out->host_free = cuda_host_free;
+        out->copy_to_host = cuda_copy_to_host;
+        out->copy_to_device = cuda_copy_to_device;
+    }
     return TIDE_OK;
 }
