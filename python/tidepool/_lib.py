@@ -188,12 +188,23 @@ def _declare(lib):
         "tide_set_limit": [p, sz],
         "tide_set_limit_fraction": [p, d],
         "tide_check": [p],
+        # private pools and sleep (tidepool.torch.sleep, SimulatedDevice.sleep)
+        "tide_pool_create": [p, ctypes.POINTER(ctypes.c_uint64)],
+        "tide_pool_make_sleepable": [p, ctypes.c_uint64],
+        "tide_pool_release": [p, ctypes.c_uint64],
+        "tide_malloc_pool": [p, sz, p, ctypes.c_uint64, ctypes.POINTER(p)],
+        "tide_pool_memory": [p, ctypes.c_uint64, ctypes.POINTER(sz), ctypes.POINTER(sz)],
+        "tide_pool_sleep": [p, ctypes.c_uint64, ctypes.c_uint],
+        "tide_pool_wake": [p, ctypes.c_uint64],
+        "tide_pool_sleeping": [p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint32)],
     }.items():
         f = getattr(lib, name)
         f.restype = i
         f.argtypes = args
     lib.tide_sim_destroy.restype = None
     lib.tide_sim_destroy.argtypes = [p]
+    lib.tide_sim_get_counters.restype = None
+    lib.tide_sim_get_counters.argtypes = [p, p]
     lib.tide_sim_backend.restype = Backend
     lib.tide_sim_backend.argtypes = [p]
 
@@ -287,6 +298,34 @@ def devices_free_on(devices, ptr, stream):
     # On the block's own stream this records nothing: its work is in order already.
     check(L.tide_devices_record_stream(devices, ptr, stream), "tide_record_stream")
     check(L.tide_devices_free(devices, -1, ptr), "tide_free")
+
+
+# ---- sleep and wake (tidepool.h, "Sleep and wake") ---------------------------------------------------------
+
+TIDE_SLEEP_DISCARD, TIDE_SLEEP_OFFLOAD = 0, 1
+
+
+def pool_sleep(allocator, pool, offload):
+    """tide_pool_sleep: the pool's pages go back to the device, its blocks keep their addresses; with
+    offload its blocks' contents are kept in host memory (pinned, on CUDA) until the wake."""
+    check(lib().tide_pool_sleep(allocator, pool, TIDE_SLEEP_OFFLOAD if offload else TIDE_SLEEP_DISCARD),
+          "tide_pool_sleep of pool %d" % pool)
+
+
+def pool_wake(allocator, pool, device="CUDA"):
+    """tide_pool_wake: pages at the same addresses again, offloaded contents copied back. Raises
+    OutOfMemory (the pool stays asleep, whole) when the device has too little room."""
+    L = lib()
+    status = L.tide_pool_wake(allocator, pool)
+    if status == TIDE_ENOMEM:
+        raise OutOfMemory(0, L.tide_last_error().decode(errors="replace"), device)
+    check(status, "tide_pool_wake of pool %d" % pool)
+
+
+def pool_sleeping(allocator, pool):
+    out = ctypes.c_uint32(0)
+    check(lib().tide_pool_sleeping(allocator, pool, ctypes.byref(out)), "tide_pool_sleeping")
+    return bool(out.value)
 
 
 class OutOfMemory(MemoryError):

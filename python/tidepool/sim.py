@@ -129,6 +129,105 @@ class SimulatedDevice:
             self._leave()
         _lib.check(status, "tide_empty_cache")
 
+    # ---- private pools, sleep and wake (tidepool.h, "Sleep and wake") ------------------------------------
+
+    def create_pool(self, sleepable=False):
+        """A new private pool's id; sleepable=True lets sleep() give its memory back while its blocks keep
+        their addresses."""
+        L = _lib.lib()
+        out = ctypes.c_uint64()
+        self._enter("create_pool")
+        try:
+            _lib.check(L.tide_pool_create(self._t, ctypes.byref(out)), "tide_pool_create")
+            if sleepable:
+                _lib.check(L.tide_pool_make_sleepable(self._t, out.value), "tide_pool_make_sleepable")
+        finally:
+            self._leave()
+        return out.value
+
+    def release_pool(self, pool):
+        self._enter("release_pool")
+        try:
+            _lib.check(_lib.lib().tide_pool_release(self._t, _lib.whole_number(pool, "release_pool: pool", 1,
+                                                                               _lib.UINT64_MAX, "2^64 - 1")),
+                       "tide_pool_release")
+        finally:
+            self._leave()
+
+    def malloc_pool(self, size, pool, stream=0):
+        """malloc() from a private pool's own memory."""
+        size, stream = _lib.size_arg(size, "malloc_pool: size"), _lib.stream_arg(stream, "malloc_pool: stream")
+        pool = _lib.whole_number(pool, "malloc_pool: pool", 0, _lib.UINT64_MAX, "2^64 - 1")
+        out = ctypes.c_void_p()
+        L = _lib.lib()
+        self._enter("malloc_pool")
+        try:
+            status = L.tide_malloc_pool(self._t, size, stream, pool, ctypes.byref(out))
+        finally:
+            self._leave()
+        if status == _lib.TIDE_ENOMEM:
+            raise _lib.OutOfMemory(size, L.tide_last_error().decode(errors="replace"), "simulated device")
+        _lib.check(status, "tide_malloc_pool of %d bytes" % size)
+        return out.value
+
+    def pool_memory(self, pool):
+        """(reserved, allocated) bytes of a pool; reserved is 0 while it sleeps."""
+        reserved, allocated = ctypes.c_size_t(), ctypes.c_size_t()
+        self._enter("pool_memory")
+        try:
+            _lib.check(_lib.lib().tide_pool_memory(self._t, pool, ctypes.byref(reserved), ctypes.byref(allocated)),
+                       "tide_pool_memory")
+        finally:
+            self._leave()
+        return reserved.value, allocated.value
+
+    def sleep(self, offload=(), discard=()):
+        """Puts sleepable pools to sleep: their pages go back to the device and their blocks keep their
+        addresses; the contents of the pools in offload are kept in host memory, those in discard lost."""
+        self._enter("sleep")
+        try:
+            for pools, keep in ((offload, True), (discard, False)):
+                for pool in pools:
+                    _lib.pool_sleep(self._t, pool, keep)
+        finally:
+            self._leave()
+
+    def wake_up(self, pools):
+        """Maps the pools' pages again at the same addresses and copies offloaded contents back."""
+        self._enter("wake_up")
+        try:
+            for pool in pools:
+                _lib.pool_wake(self._t, pool, "simulated device")
+        finally:
+            self._leave()
+
+    def sleeping(self, pool):
+        self._enter("sleeping")
+        try:
+            return _lib.pool_sleeping(self._t, pool)
+        finally:
+            self._leave()
+
+    def counters(self):
+        """What the simulated device holds: held_bytes (mapped or reserved), mapped_pages, va_ranges,
+        host_bytes (host memory of offloaded contents), and calls per backend function
+        ({"map": n, ...})."""
+        raw = (ctypes.c_uint64 * 64)()  # room for the struct as it grows
+        self._enter("counters")
+        try:
+            _lib.lib().tide_sim_get_counters(self._sim, raw)
+        finally:
+            self._leave()
+        ops = ("reserve", "release", "fence_create", "fence_record", "fence_query", "synchronize", "mem_info",
+               "fill", "verify", "va_reserve", "va_release", "map", "unmap", "host_alloc", "copy_to_host",
+               "copy_to_device")
+        n = len(ops)
+        tail = ("held_bytes", "held_segments", "mapped_pages", "va_ranges", "live_fences", "host_bytes",
+                "host_buffers", "copied_bytes")
+        out = {"calls": dict(zip(ops, raw[:n])), "failures": dict(zip(ops, raw[n:2 * n]))}
+        out.update(zip(tail, raw[2 * n:2 * n + len(tail)]))
+        return out
+
     def check(self):
         """tidepool's own consistency check of its bookkeeping."""
         self._enter("check")
