@@ -472,6 +472,12 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         pools_[key] = pool;
         return pool;
     }
+    // tidepool.torch.pool(): the tidepool pool of a MemPool (made when the MemPool was), for sleep and wake.
+    tide_pool_id pool_of_mempool(DeviceIndex device, MempoolId_t id)
+    {
+        std::lock_guard<std::mutex> g(pool_lock_);
+        return pool_id_of(device, id, false);
+    }
     // MemPool(allocator=...): the pool's segments are reserved with that allocator (ncclMemAlloc,
     // symmetric memory, another program's pool) and released with it, tidepool caching on top
     // (tide_pool_create_with_backend). The allocator is kept alive as long as tidepool is.
@@ -1183,6 +1189,17 @@ std::string leak_report(int device)
     return take_text(s, text);
 }
 
+// Sleep and wake (tidepool.torch.pool, sleep, wake_up): Python calls libtidepool's tide_pool_sleep and
+// the rest itself, with the device's allocator and the MemPool's tidepool pool from here.
+uint64_t mempool_pool_id(int device, uint64_t first, uint64_t second)
+{
+    TORCH_CHECK(instance, "tidepool is not enabled");
+    MempoolId_t id{static_cast<decltype(MempoolId_t::first)>(first), static_cast<decltype(MempoolId_t::second)>(second)};
+    return instance->pool_of_mempool(static_cast<DeviceIndex>(device), id);
+}
+
+uint64_t allocator_address(int device) { return reinterpret_cast<uintptr_t>(allocator_of(device)); }
+
 } // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
@@ -1201,4 +1218,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("history_json", &history_json);
     m.def("snapshot_json", &snapshot_json);
     m.def("leak_report", &leak_report);
+    m.def("mempool_pool_id", &mempool_pool_id, "the tidepool pool of a MemPool (device, id.first, id.second)");
+    m.def("allocator_address", &allocator_address, "one device's tide_allocator, for ctypes calls");
 }

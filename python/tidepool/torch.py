@@ -274,6 +274,106 @@ def memory_summary(device=None):
     return "\n".join(lines)
 
 
+# ---- sleep and wake: named pools whose memory goes back to the device between phases ------------------
+#
+# Reinforcement-learning post-training runs an inference engine and a trainer on the same GPUs: between
+# phases the engine's weights and KV cache must go back to the device, and come back later at the same
+# addresses so that the engine's CUDA graphs stay valid (vLLM's sleep mode, torch_memory_saver). Here a
+# named pool is a torch.cuda.MemPool whose tidepool pool is sleepable: its pages can be unmapped and
+# mapped again at the same addresses, with tidepool's caching as for any pool.
+
+_named_pools = {}   # (device, name) -> (torch.cuda.MemPool, tidepool pool id)
+
+
+def _named_pool(name, device):
+    """The named pool on device, made (and made sleepable, before it holds memory) on first use."""
+    import ctypes
+    shim = _require()
+    key = (device, name)
+    with _lock:
+        if key not in _named_pools:
+            mempool = torch.cuda.MemPool()
+            pool = shim.mempool_pool_id(device, *mempool.id)
+            _lib.check(_lib.lib().tide_pool_make_sleepable(ctypes.c_void_p(shim.allocator_address(device)), pool),
+                       "tidepool.torch.pool(%r)" % name)
+            _named_pools[key] = (mempool, pool)
+        return _named_pools[key]
+
+
+def pool(name, device=None):
+    """A context manager: tensors made on device inside it are allocated in the named pool ("weights",
+    "kv_cache", ...), which sleep() can put to sleep and wake_up() wake.
+
+        with tidepool.torch.pool("weights"):
+            model = load_model().cuda()
+    """
+    name = _lib.text_arg(name, "tidepool.torch.pool: name")
+    if not name:
+        raise ValueError("tidepool.torch.pool: the name is empty")
+    d = _device_index(device)
+    mempool, _ = _named_pool(name, d)
+    return torch.cuda.use_mem_pool(mempool, device=d)
+
+
+def _pools_named(names, device, verb):
+    out = []
+    for name in names:
+        key = (device, name)
+        if key not in _named_pools:
+            raise ValueError("tidepool.torch.%s: no pool named %r on device %d (made with "
+                             "tidepool.torch.pool)" % (verb, name, device))
+        out.append((name, _named_pools[key][1]))
+    return out
+
+
+def sleep(offload=(), discard=(), device=None):
+    """Gives the named pools' device memory back while their tensors keep their addresses. The contents
+    of the pools in offload are copied to pinned host memory first (vLLM's sleep level 1 for the
+    weights); those in discard are lost (the KV cache). Waits for the device first. Allocating in a
+    sleeping pool raises; freeing its tensors is allowed."""
+    import ctypes
+    if isinstance(offload, str) or isinstance(discard, str):
+        raise TypeError("tidepool.torch.sleep: offload and discard are sequences of pool names")
+    shim = _require()
+    d = _device_index(device)
+    t = ctypes.c_void_p(shim.allocator_address(d))
+    for names, keep in ((offload, True), (discard, False)):
+        for _, pool in _pools_named(names, d, "sleep"):
+            _lib.pool_sleep(t, pool, keep)
+
+
+def wake_up(tags=None, device=None):
+    """Maps the sleeping pools' memory again at the same addresses and copies offloaded contents back:
+    every sleeping named pool, or those named in tags. A CUDA graph captured before the sleep replays
+    after the wake. Raises torch.cuda.OutOfMemoryError if the device has too little room (the pools stay
+    asleep, whole: free memory and call again)."""
+    import ctypes
+    shim = _require()
+    d = _device_index(device)
+    t = ctypes.c_void_p(shim.allocator_address(d))
+    if tags is None:
+        names = [name for (dev, name), (_, pool) in list(_named_pools.items())
+                 if dev == d and _lib.pool_sleeping(t, pool)]
+    elif isinstance(tags, str):
+        raise TypeError("tidepool.torch.wake_up: tags is a sequence of pool names")
+    else:
+        names = list(tags)
+    for name, pool in _pools_named(names, d, "wake_up"):
+        try:
+            _lib.pool_wake(t, pool)
+        except _lib.OutOfMemory as e:
+            raise torch.cuda.OutOfMemoryError("tidepool.torch.wake_up(%r): %s" % (name, e)) from None
+
+
+def is_sleeping(name, device=None):
+    """Whether the named pool sleeps."""
+    import ctypes
+    shim = _require()
+    d = _device_index(device)
+    (_, pool), = _pools_named([name], d, "is_sleeping")
+    return _lib.pool_sleeping(ctypes.c_void_p(shim.allocator_address(d)), pool)
+
+
 # ---- seeing memory: history, snapshots in PyTorch's structure, leak reports ----------------------------
 
 def record_memory_history(enabled=True, max_entries=100000, stacks=False, device=None, ordered=True):
