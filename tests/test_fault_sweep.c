@@ -587,8 +587,153 @@ static void test_fault_sweep(void)
     fprintf(stderr, "%lu faults injected, %lu survived\n", total_runs, total_survived);
 }
 
+/* ---- sleep and wake ------------------------------------------------------------------------------------ */
+/*
+ * A scenario of sleeping pools on the simulated device: two sleepable pools (one offloaded, one
+ * discarded) with blocks of several sizes, the other phase's allocations outside them between sleep and
+ * wake, two cycles. For each backend call the scenario makes, the Nth call fails, for every N: each
+ * API call that met the fault says so (or absorbed it: a map out of memory is retried after a release),
+ * tide_check passes and the device holds what the statistics say is reserved after every call, the
+ * failed call made again finishes, the offloaded pool's contents are whole after its wake, and at the
+ * end the device and the host hold nothing.
+ */
+#define SLEEP_BLOCKS 5
+static const size_t sleep_sizes[SLEEP_BLOCKS] = {4096, 3 * MIB, 1536 * 1024, 6 * MIB, 700 * 1024};
+
+struct sleep_run {
+    tide_sim *sim;
+    tide_allocator *t;
+    int problems;
+};
+
+static void sleep_expect(struct sleep_run *r, bool ok, const char *what)
+{
+    if (!ok) {
+        fprintf(stderr, "  sleep sweep: %s (last error: %s)\n", what, tide_last_error());
+        r->problems++;
+    }
+}
+
+static void sleep_accounts(struct sleep_run *r, const char *after)
+{
+    tide_sim_counters c;
+    tide_sim_get_counters(r->sim, &c);
+    char what[96];
+    snprintf(what, sizeof what, "tide_check after %s", after);
+    sleep_expect(r, tide_check(r->t) == TIDE_OK, what);
+    snprintf(what, sizeof what, "the device holds what is reserved after %s", after);
+    sleep_expect(r, (int64_t)c.held_bytes == reserved_of(r->t), what);
+}
+
+/* Calls f until it succeeds (at most 3 times: a fault fails one call), checking the state after each
+ * failure; returns how many calls failed. */
+#define UNTIL_OK(r, call, name)                                                                    \
+    do {                                                                                           \
+        for (int try_ = 0; try_ < 3; try_++) {                                                     \
+            tide_status s_ = (call);                                                               \
+            sleep_accounts((r), (name));                                                           \
+            if (s_ == TIDE_OK)                                                                     \
+                break;                                                                             \
+            sleep_expect((r), s_ == TIDE_EDEVICE || s_ == TIDE_ENOMEM || s_ == TIDE_EHOSTMEM ||    \
+                                  s_ == TIDE_EINVAL, "a failed call returns a documented status"); \
+            sleep_expect((r), try_ < 2, name " never succeeded");                                  \
+        }                                                                                          \
+    } while (0)
+
+static void sleep_scenario(struct sleep_run *r)
+{
+    tide_pool_id weights = 0, kv = 0;
+    uint8_t *p[SLEEP_BLOCKS] = {NULL};
+    void *cache = NULL;
+    UNTIL_OK(r, tide_pool_create(r->t, &weights), "tide_pool_create");
+    UNTIL_OK(r, tide_pool_make_sleepable(r->t, weights), "tide_pool_make_sleepable");
+    UNTIL_OK(r, tide_pool_create(r->t, &kv), "tide_pool_create");
+    UNTIL_OK(r, tide_pool_make_sleepable(r->t, kv), "tide_pool_make_sleepable");
+    for (int i = 0; i < SLEEP_BLOCKS; i++) {
+        UNTIL_OK(r, tide_malloc_pool(r->t, sleep_sizes[i], 0, weights, (void **)&p[i]), "tide_malloc_pool");
+        if (p[i])
+            memset(p[i], 0x60 + i, sleep_sizes[i]);
+    }
+    UNTIL_OK(r, tide_malloc_pool(r->t, 8 * MIB, 0, kv, &cache), "tide_malloc_pool");
+    for (int cycle = 0; cycle < 2; cycle++) {
+        UNTIL_OK(r, tide_pool_sleep(r->t, weights, TIDE_SLEEP_OFFLOAD), "tide_pool_sleep (offload)");
+        UNTIL_OK(r, tide_pool_sleep(r->t, kv, TIDE_SLEEP_DISCARD), "tide_pool_sleep (discard)");
+        void *other = NULL;
+        UNTIL_OK(r, tide_malloc(r->t, 24 * MIB, 0, &other), "tide_malloc");
+        if (other)
+            UNTIL_OK(r, tide_free(r->t, other), "tide_free");
+        UNTIL_OK(r, tide_empty_cache(r->t, NULL), "tide_empty_cache");
+        UNTIL_OK(r, tide_pool_wake(r->t, weights), "tide_pool_wake (offload)");
+        UNTIL_OK(r, tide_pool_wake(r->t, kv), "tide_pool_wake (discard)");
+        for (int i = 0; i < SLEEP_BLOCKS; i++)
+            sleep_expect(r, p[i] && first_mismatch(p[i], sleep_sizes[i], (uint8_t)(0x60 + i)) == sleep_sizes[i],
+                         "the offloaded pool's contents are whole after the wake");
+    }
+    for (int i = 0; i < SLEEP_BLOCKS; i++)
+        UNTIL_OK(r, tide_free(r->t, p[i]), "tide_free");
+    UNTIL_OK(r, tide_free(r->t, cache), "tide_free");
+    UNTIL_OK(r, tide_pool_release(r->t, weights), "tide_pool_release");
+    UNTIL_OK(r, tide_pool_release(r->t, kv), "tide_pool_release");
+}
+
+static uint64_t sleep_calls(tide_sim *sim, tide_sim_op op)
+{
+    tide_sim_counters c;
+    tide_sim_get_counters(sim, &c);
+    return c.calls[op];
+}
+
+static void test_sleep_wake_sweep(void)
+{
+    const tide_sim_op ops[] = {TIDE_SIM_SYNCHRONIZE, TIDE_SIM_HOST_ALLOC, TIDE_SIM_COPY_TO_HOST, TIDE_SIM_UNMAP,
+                               TIDE_SIM_MAP, TIDE_SIM_COPY_TO_DEVICE, TIDE_SIM_VA_RESERVE};
+    unsigned long faults = 0, per_op = env_number("TIDE_SWEEP_FAULTS_PER_MODE", FAULTS_PER_MODE);
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+        /* How many calls of this kind the scenario makes without faults. */
+        struct sleep_run clean = {NULL, NULL, 0};
+        tide_sim_options o = {sizeof o, 1 * GIB, 0, 0};
+        if (tide_sim_create(&o, &clean.sim) != TIDE_OK)
+            exit(2);
+        tide_backend be = tide_sim_backend(clean.sim);
+        if (tide_create(&be, "", &clean.t) != TIDE_OK)
+            exit(2);
+        uint64_t before = sleep_calls(clean.sim, ops[k]);
+        sleep_scenario(&clean);
+        uint64_t n = sleep_calls(clean.sim, ops[k]) - before;
+        tide_destroy(clean.t);
+        tide_sim_destroy(clean.sim);
+        CHECK(clean.problems == 0);
+        uint64_t stride = per_op && n > per_op ? (n + per_op - 1) / per_op : 1;
+        for (uint64_t nth = 0; nth < n; nth += stride) {
+            struct sleep_run r = {NULL, NULL, 0};
+            if (tide_sim_create(&o, &r.sim) != TIDE_OK)
+                exit(2);
+            be = tide_sim_backend(r.sim);
+            if (tide_create(&be, "", &r.t) != TIDE_OK)
+                exit(2);
+            tide_sim_inject_fault(r.sim, ops[k], (uint32_t)nth, 1);
+            sleep_scenario(&r);
+            tide_sim_inject_fault(r.sim, ops[k], 0, 0);
+            CHECK_OK(tide_destroy(r.t));
+            tide_sim_counters c;
+            tide_sim_get_counters(r.sim, &c);
+            CHECK(c.held_bytes == 0 && c.host_bytes == 0 && c.va_ranges == 0 && c.live_fences == 0);
+            if (r.problems)
+                fprintf(stderr, "  sleep sweep: %s's call %llu failing: %d problem(s)\n", tide_sim_op_name(ops[k]),
+                        (unsigned long long)nth + 1, r.problems);
+            CHECK(r.problems == 0);
+            tide_sim_destroy(r.sim);
+            faults++;
+        }
+        fprintf(stderr, "sleep and wake: %s failing at one call in %llu of its %llu\n", tide_sim_op_name(ops[k]),
+                (unsigned long long)stride, (unsigned long long)n);
+    }
+    fprintf(stderr, "sleep and wake: %lu faults injected\n", faults);
+}
+
 int main(void)
 {
+    RUN(test_sleep_wake_sweep);
     RUN(test_fault_sweep);
     return HARNESS_EXIT();
 }
