@@ -235,8 +235,8 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
     t->guard = conf.guard ? TIDE_GUARD_BYTES : 0;
     /* The rules keep a big reserved segment from being carved up for good (free_index.c). A run of
      * pages is carved and given back page by page, and its free stretches, which grow as pages are
-     * mapped beside them, may serve any request: its segments are made for none (made_for 0). */
-    t->fit = (struct fit_rules){conf.expandable_segments ? SIZE_MAX : conf.max_split_size};
+     * mapped beside them, may serve any request: the rules are lifted, and the fit reads no segment. */
+    t->fit = (struct fit_rules){conf.max_split_size, TIDE_SEGMENT_SHARE_SHIFT, conf.expandable_segments};
     t->limit = limit_from_config(&conf, t->device_total);
     t->gc_threshold = conf.gc_threshold > 0 ? (size_t)((double)t->limit * conf.gc_threshold) : 0;
     t->id = atomic_fetch_add(&next_allocator_id, 1);

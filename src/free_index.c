@@ -69,16 +69,29 @@ void free_index_remove(struct free_index *fi, struct block *b)
     fi->fl_bitmap &= ~((uint64_t)(fi->sl_bitmap[fl] == 0) << fl);
 }
 
-/* Whether a block of seg may serve a request of size bytes that it holds with room to spare. Under
- * max_split_size_mb, a segment reserved for a request of that size or more serves no smaller one:
- * PyTorch's rule, by segment rather than by block, so that a block of such a segment may be split among
- * large requests, and a segment reserved for a request just below the size, which its granules took
- * above it, still serves that request (docs/design.md, Placement). The rule is soft: pressure.c lifts
- * it where keeping to it would raise the program's peak. */
+/* The smallest request a block of a segment reserved for a request of made_for bytes serves with room to
+ * spare while the rules hold (docs/design.md, Placement):
+ * - A segment made for m bytes serves requests of m >> share_shift bytes or more. A large segment is
+ *   given back only when none of its blocks is in use; a small block placed in one of its free blocks
+ *   keeps all of it reserved, where a segment of the small block's own size costs only that size. So a
+ *   segment reserved for a 1 GiB tensor serves requests of 32 MiB or more, and one reserved for a 2 MiB
+ *   request (in a 20 MiB segment) serves every large request.
+ * - Under max_split_size_mb, a segment reserved for a request of that size or more serves no smaller one:
+ *   PyTorch's rule, by segment rather than by block, so that a block of such a segment may be split among
+ *   large requests, and a segment reserved for a request just below the size, which its granules took
+ *   above it, still serves that request.
+ * Both rules are soft: pressure.c lifts them where keeping to them would raise the program's peak. */
+size_t fit_serves_from(const struct fit_rules *r, size_t made_for)
+{
+    size_t share = made_for >> r->share_shift;
+    size_t oversize = made_for >= r->oversize_min ? r->oversize_min : 0;
+    return share > oversize ? share : oversize;
+}
+
+/* Whether a block of seg may serve a request of size bytes that it holds with room to spare. */
 static inline bool acceptable_in(const struct segment *seg, size_t size, const struct fit_rules *r)
 {
-    /* Off (the default), the segment is not read: its line is rarely in cache here. */
-    return r->oversize_min == SIZE_MAX || size >= r->oversize_min || seg->made_for < r->oversize_min;
+    return r->lifted || size >= seg->serves_from;
 }
 
 /* The first class above (fl, sl) that holds blocks, or false. */
@@ -139,8 +152,17 @@ struct block *free_index_find(const struct free_index *fi, size_t size, const st
             continue;
         if (b->size == size)
             return b;
-        if ((!best || b->size < best->size) && acceptable_in(b->seg, size, rules))
+        if (!best || b->size < best->size)
             best = b;
+    }
+    /* The rules are asked of the winner alone (one segment read); if they refuse it, which is rare,
+     * the scan again among the blocks they accept. */
+    if (best && !acceptable_in(best->seg, size, rules)) {
+        best = NULL;
+        seen = 0;
+        for (struct block *b = fi->heads[fl][sl]; b != fi->end && seen < TIDE_FIT_SCAN; b = b->link_next, seen++)
+            if (b->size > size && (!best || b->size < best->size) && acceptable_in(b->seg, size, rules))
+                best = b;
     }
     if (best)
         return best;

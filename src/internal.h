@@ -57,6 +57,7 @@ void free_index_remove(struct free_index *fi, struct block *b);
  * first block of the next non-empty class; a block that does not fit exactly only if its segment may
  * serve the request (rules). */
 struct block *free_index_find(const struct free_index *fi, size_t size, const struct fit_rules *rules);
+size_t fit_serves_from(const struct fit_rules *r, size_t made_for);
 bool free_index_contains(const struct free_index *fi, const struct block *b);
 /* For tide_check: the blocks on the index's lists (counting stops past limit, so a list made circular
  * by corruption still ends), and whether each class's bits say truly whether its list holds any. Not

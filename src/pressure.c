@@ -275,7 +275,7 @@ size_t drain_after_synchronize(tide_allocator *t, uint64_t seq, tide_status sync
 
 /* Under pressure any cached block that fits serves, whatever segment it lies in: a block the fit rules
  * keep for larger requests (free_index.c) is better used than memory given back or out of memory. */
-static const struct fit_rules any_fit = {SIZE_MAX};
+static const struct fit_rules any_fit = {.lifted = true};
 
 static struct block *retry_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
                                const struct fit_rules *rules, tide_status *status)
@@ -328,7 +328,7 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
             continue;
         if (s != TIDE_OK)
             break;
-        seg->made_for = pool == POOL_LARGE ? rounded : 0;
+        seg->serves_from = pool == POOL_LARGE ? fit_serves_from(&t->fit, rounded) : 0;
         heap_lock(h);
         heap_adopt_free(h, seg, first);
         struct block *b = heap_take_block(h, first, rounded, requested, &s);

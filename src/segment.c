@@ -25,7 +25,7 @@ struct segment *segment_struct(tide_allocator *t)
     seg->size = 0;
     seg->pool = 0;
     seg->backend = NULL;
-    seg->made_for = 0;
+    seg->serves_from = 0;
     seg->first = NULL;
     seg->prev = seg->next = NULL;
     seg->idle_prev = seg->idle_next = NULL;

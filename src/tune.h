@@ -42,6 +42,11 @@
                                                  trim while within 1/32 of the most the program has held
                                                  (may_pass_mark, segment.c) */
 #endif
+#ifndef TIDE_SEGMENT_SHARE_SHIFT
+#define TIDE_SEGMENT_SHARE_SHIFT 5            /* below the high-water mark, a segment reserved for a
+                                                 request of m bytes serves requests of m/32 or more
+                                                 (fit_rules, free_index.c) */
+#endif
 #ifndef TIDE_MAP_UNIT_PAGES
 #define TIDE_MAP_UNIT_PAGES 2                 /* expandable: pages mapped in one call when growing back
                                                  to the mark (expandable.c) */

@@ -132,9 +132,10 @@ struct segment {
     uint8_t pool;                     /* enum pool_kind */
     const tide_backend *backend;      /* NULL: reserved from the allocator's backend; else the pool's
                                          table that reserved it, which every release gives it back to */
-    size_t made_for;                  /* a large-pool reservation: the request it was reserved for, which
-                                         decides which requests its blocks may serve (fit_rules); 0 for
-                                         the small pool and runs of pages */
+    size_t serves_from;               /* a large-pool reservation: the smallest request its blocks serve
+                                         with room to spare while the fit rules hold, from the request it
+                                         was reserved for (fit_serves_from); 0 (any) for the small pool
+                                         and runs of pages */
     _Atomic(struct heap *) heap;      /* written under that heap's lock; read by the segment map */
     _Atomic(uintptr_t) map_base, map_end; /* what segment-map readers compare, without locks */
     struct block *first;              /* the lowest-addressed block */
@@ -177,10 +178,16 @@ _Static_assert(TIDE_UNIT == 1u << 9, "FI_FL_COUNT assumes 512-byte units");
 _Static_assert(FI_FL_COUNT <= 64, "the first-level bitmap is 64 bits");
 
 /* Which requests a FREE block may serve when it does not fit them exactly (an exact fit always may), by
- * the request its segment was reserved for (struct segment's made_for): docs/design.md, Placement. */
+ * the request its segment was reserved for: docs/design.md, Placement. A segment takes its bound
+ * (serves_from) when it is reserved; the search compares with it unless the rules are lifted. */
 struct fit_rules {
     size_t oversize_min;              /* max_split_size_mb: segments made for requests of this size or
                                          more serve only requests of this size or more; SIZE_MAX: off */
+    unsigned share_shift;             /* a segment made for m bytes serves requests of m >> share_shift
+                                         bytes or more, so that a small block does not keep a large
+                                         segment from being given back */
+    bool lifted;                      /* every block serves any request it holds: under pressure, and
+                                         with expandable segments (the segment is not read) */
 };
 
 struct free_index {

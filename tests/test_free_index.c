@@ -16,7 +16,7 @@
 
 /* A segment reserved for no request in particular (a run of pages): its blocks serve any. */
 static struct segment unmade;
-static const struct fit_rules any_fit = {SIZE_MAX};
+static const struct fit_rules any_fit = {.lifted = true};
 
 static struct block *block_of(size_t size)
 {
@@ -237,8 +237,9 @@ static void test_search_above_matches_a_plain_scan(void)
  * refused. */
 static void test_rules_keep_a_segment_for_the_requests_it_was_made_for(void)
 {
-    const struct fit_rules rules = {4000 * TIDE_UNIT};
-    struct segment made_for_big = {.made_for = 1000 * TIDE_UNIT}, made_for_huge = {.made_for = 4000 * TIDE_UNIT};
+    const struct fit_rules rules = {.oversize_min = 4000 * TIDE_UNIT, .share_shift = 63}; /* no sharing rule */
+    struct segment made_for_big = {.serves_from = fit_serves_from(&rules, 1000 * TIDE_UNIT)};
+    struct segment made_for_huge = {.serves_from = fit_serves_from(&rules, 4000 * TIDE_UNIT)};
     struct index x;
     index_open(&x);
     struct block *big = block_of(1000 * TIDE_UNIT), *huge_rest = block_of(1200 * TIDE_UNIT);
@@ -262,6 +263,38 @@ static void test_rules_keep_a_segment_for_the_requests_it_was_made_for(void)
     index_close(&x);
 }
 
+/* The sharing rule: a segment made for m bytes serves requests of m >> share_shift or more, and a
+ * smaller request passes its blocks over for a block further up, or for none; an exact fit and a segment
+ * made for no request serve any. */
+static void test_a_large_segment_serves_no_much_smaller_request(void)
+{
+    const struct fit_rules rules = {.oversize_min = SIZE_MAX, .share_shift = 3}; /* an eighth or more */
+    struct segment made_for_huge = {.serves_from = fit_serves_from(&rules, 8000 * TIDE_UNIT)};
+    struct index x;
+    index_open(&x);
+    struct block *huge_rest = block_of(1200 * TIDE_UNIT), *loose = block_of(3000 * TIDE_UNIT);
+    huge_rest->seg = &made_for_huge;
+    free_index_insert(&x.fi, huge_rest);
+    CHECK(free_index_find(&x.fi, 1000 * TIDE_UNIT, &rules) == huge_rest);   /* 1/8 of what it was made for */
+    CHECK(free_index_find(&x.fi, 999 * TIDE_UNIT, &rules) == NULL);         /* less: refused */
+    CHECK(free_index_find(&x.fi, 999 * TIDE_UNIT, &any_fit) == huge_rest);  /* pressure lifts the rule */
+    free_index_insert(&x.fi, loose);
+    CHECK(free_index_find(&x.fi, 10 * TIDE_UNIT, &rules) == loose);         /* passed over, for one above */
+    CHECK(free_index_find(&x.fi, 1200 * TIDE_UNIT, &rules) == huge_rest);   /* the smallest that fits */
+    free_index_remove(&x.fi, loose);
+    struct block *exact = block_of(10 * TIDE_UNIT);
+    exact->seg = &made_for_huge;
+    free_index_insert(&x.fi, exact);
+    CHECK(free_index_find(&x.fi, 10 * TIDE_UNIT, &rules) == exact);         /* an exact fit always */
+    free_index_remove(&x.fi, exact);
+    free_index_remove(&x.fi, huge_rest);
+    free(exact);
+    free(loose);
+    free(huge_rest);
+    CHECK(index_is_empty(&x));
+    index_close(&x);
+}
+
 int main(void)
 {
     RUN(test_small_sizes_are_their_own_class);
@@ -271,6 +304,7 @@ int main(void)
     RUN(test_search_takes_the_lowest_class_that_serves);
     RUN(test_search_above_matches_a_plain_scan);
     RUN(test_rules_keep_a_segment_for_the_requests_it_was_made_for);
+    RUN(test_a_large_segment_serves_no_much_smaller_request);
     free(probe_block);
     index_close(&probe);
     return HARNESS_EXIT();

@@ -341,6 +341,44 @@ static void test_max_split_size_keeps_large_segments_for_large_requests(void)
     fixture_close(&f);
 }
 
+/* A segment reserved for a large tensor serves no request of less than 1/32 of it while the program is
+ * below its peak: a small block would keep the whole segment reserved after the tensor is gone. At the
+ * high-water mark the rule is lifted: a cached block serves rather than the peak rising. */
+static void test_a_large_segment_is_not_pinned_by_small_requests(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *big, *other, *small, *mid;
+    CHECK_OK(tide_malloc(f.t, 1024 * MIB, 0, &big));
+    CHECK_OK(tide_malloc(f.t, 64 * MIB, 0, &other));
+    CHECK_OK(tide_free(f.t, other));
+    CHECK_OK(tide_free(f.t, big));
+    CHECK_OK(tide_trim(f.t, 1024 * MIB, NULL)); /* the 64 MiB segment goes, the mark stays at 1088 */
+    CHECK(stats_of(f.t).reserved_bytes[ALL].current == (int64_t)(1024 * MIB));
+    CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &small)); /* below 32 MiB: a segment of its own */
+    CHECK((uintptr_t)small + 8 * MIB <= (uintptr_t)big || (uintptr_t)small >= (uintptr_t)big + 1024 * MIB);
+    CHECK_OK(tide_malloc(f.t, 40 * MIB, 0, &mid)); /* 32 MiB or more: from the large one, split */
+    CHECK(mid == big);
+    CHECK_OK(tide_free(f.t, mid));
+    /* the large segment holds nothing: all of it can be given back while the small block lives */
+    CHECK_OK(tide_trim(f.t, 16 * MIB, NULL));
+    CHECK(stats_of(f.t).reserved_bytes[ALL].current == (int64_t)(16 * MIB));
+    CHECK_OK(tide_free(f.t, small));
+    checked(&f);
+    fixture_close(&f);
+
+    fixture_open(&f, 0, NULL);
+    CHECK_OK(tide_malloc(f.t, 1024 * MIB, 0, &big));
+    CHECK_OK(tide_free(f.t, big));
+    /* at the mark: a new segment would raise the peak, so the large segment serves */
+    CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &small));
+    CHECK(small == big);
+    CHECK(stats_of(f.t).reserved_bytes[ALL].peak == (int64_t)(1024 * MIB));
+    CHECK_OK(tide_free(f.t, small));
+    checked(&f);
+    fixture_close(&f);
+}
+
 /* A request of 1 to 10 MiB gets a segment of as many such requests as fit in 20 MiB, rounded up to the
  * 2 MiB granule: no tail that only smaller requests could use. */
 static void test_mid_size_segments_hold_whole_requests(void)
@@ -385,5 +423,6 @@ int main(void)
     RUN(test_failed_fence_owes_a_synchronize);
     RUN(test_max_split_size_keeps_large_segments_for_large_requests);
     RUN(test_mid_size_segments_hold_whole_requests);
+    RUN(test_a_large_segment_is_not_pinned_by_small_requests);
     return HARNESS_EXIT();
 }
