@@ -793,7 +793,8 @@ TIDE_API void tide_string_free(char *text);
  * "tag", "frames": ["libx.so(f+0x1c)", ...]}, ...]}. */
 TIDE_API tide_status tide_history_json(tide_allocator *t, char **out);
 /* Every segment and block now, as JSON: {"segments": [{"address", "size", "pool", "stream",
- * "expandable" (a run of pages under expandable_segments:True), "blocks":
+ * "expandable" (a run of pages: expandable_segments:True or a sleepable pool), "asleep" (its pool
+ * sleeps: its pages are given back), "blocks":
  * [{"address", "size", "requested", "state": "active" | "pending_free" | "cached", "stream", "tag",
  * "site"}]}], "stats": {...tide_stats_json...}}. A block's address is the user's pointer. */
 TIDE_API tide_status tide_snapshot_json(tide_allocator *t, char **out);

@@ -33,10 +33,11 @@ void report_snapshot_locked(tide_allocator *t, struct text *x)
         struct heap *h = t->heaps[i];
         for (struct segment *seg = h->segments; seg; seg = seg->next) {
             text_printf(x, "%s\n {\"address\": %llu, \"size\": %zu, \"pool\": \"%s\", \"stream\": %llu, "
-                        "\"private_pool\": %llu, \"expandable\": %s, \"blocks\": [", first_segment ? "" : ",",
-                        (unsigned long long)seg->base, seg->size, seg->pool == POOL_SMALL ? "small" : "large",
-                        (unsigned long long)h->stream, (unsigned long long)h->pool_id,
-                        seg->arena ? "true" : "false");
+                        "\"private_pool\": %llu, \"expandable\": %s, \"asleep\": %s, \"blocks\": [",
+                        first_segment ? "" : ",", (unsigned long long)seg->base, seg->size,
+                        seg->pool == POOL_SMALL ? "small" : "large", (unsigned long long)h->stream,
+                        (unsigned long long)h->pool_id, seg->arena ? "true" : "false",
+                        seg->asleep ? "true" : "false");
             first_segment = false;
             for (struct block *b = seg->first; b; b = b->next) {
                 bool active = b->state == BLOCK_ACTIVE;

@@ -245,6 +245,21 @@ static tide_status refuse_capture(tide_allocator *t, const char *verb)
                       atomic_load(&t->captures));
 }
 
+/* The end of a call under the pressure lock that drained or released (as pressure.c's entry points
+ * end): the cache's peaks that the drain left to check (stats_settle), in every heap, then the lock
+ * let go. heap_lock_fast: a parked block is counted FREE already, and settling it would change what
+ * the next tide_malloc on its stream finds. */
+static void settle_and_unlock(tide_allocator *t)
+{
+    for (uint32_t i = 0; i < atomic_load(&t->nheaps); i++) {
+        struct heap *h = t->heaps[i];
+        heap_lock_fast(h);
+        stats_settle(&h->stats);
+        heap_unlock(h);
+    }
+    pthread_mutex_unlock(&t->pressure);
+}
+
 /* tide_malloc_pool calls that chose one of the heaps before the pool was marked asleep finish first:
  * none of them may take a block from a run being put to sleep. They do not wait for the pressure
  * lock long (they take it only to grow), and it is not held here. */
@@ -284,7 +299,7 @@ tide_status tide_pool_sleep(tide_allocator *t, tide_pool_id pool, unsigned flags
     if (synced != TIDE_OK || atomic_load(&t->captures)) {
         if (!was_asleep) /* nothing was done: the pool is awake as it was */
             pool_sleep_mark(t, pool, "tide_pool_sleep", -1, NULL, NULL, NULL);
-        pthread_mutex_unlock(&t->pressure);
+        settle_and_unlock(t);
         return synced != TIDE_OK ? synced : refuse_capture(t, "tide_pool_sleep");
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -298,7 +313,7 @@ tide_status tide_pool_sleep(tide_allocator *t, tide_pool_id pool, unsigned flags
         for (struct segment *run = heaps[i]->segments; run && s == TIDE_OK; run = run->next)
             if (run->arena)
                 s = sleep_run(t, heaps[i], run, offload);
-    pthread_mutex_unlock(&t->pressure);
+    settle_and_unlock(t);
     allocator_debug_check(t, 1, "tide_pool_sleep");
     return s;
 }
@@ -485,7 +500,7 @@ tide_status tide_pool_wake(tide_allocator *t, tide_pool_id pool)
         }
     if (s == TIDE_OK) /* awake: allocations come again, and the pool's use count decides what it keeps */
         pool_sleep_mark(t, pool, "tide_pool_wake", -1, NULL, NULL, NULL);
-    pthread_mutex_unlock(&t->pressure);
+    settle_and_unlock(t); /* (making room drains and releases) */
     allocator_debug_check(t, 1, "tide_pool_wake");
     return s;
 }

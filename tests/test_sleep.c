@@ -110,6 +110,10 @@ static void sleep_and_wake(const char *conf, unsigned flags)
     CHECK_STATUS(tide_malloc_pool(f.t, 4096, 0, pool, &q), TIDE_EINVAL);
     CHECK_MESSAGE("asleep");
     CHECK(q == NULL);
+    char *snapshot = NULL; /* the snapshot says which segments sleep */
+    CHECK_OK(tide_snapshot_json(f.t, &snapshot));
+    CHECK(snapshot && strstr(snapshot, "\"asleep\": true") && strstr(snapshot, "\"asleep\": false"));
+    tide_string_free(snapshot);
     /* a second sleep has nothing left to do */
     CHECK_OK(tide_pool_sleep(f.t, pool, flags));
     CHECK(counters(f.sim).calls[TIDE_SIM_UNMAP] == c.calls[TIDE_SIM_UNMAP]);
