@@ -4,7 +4,8 @@
  * Each input is a program: a config selector, then operations, each a byte of opcode and a few bytes
  * of arguments. The operations are every public call a user makes (malloc, free, record_stream, retain,
  * release, empty_cache, trim, limits, config strings, stats, a private pool's allocations, graph
- * captures, checkpoints of the pool and restores to them) and every invalid call (foreign and interior
+ * captures, checkpoints of the pool and restores to them, a sleepable pool put to sleep, its contents
+ * offloaded or discarded, and woken) and every invalid call (foreign and interior
  * pointers, double frees, a release without a retain, sizes of 0 and beyond the device, checkpoints
  * forged from the input's bytes), plus device faults injected into the next backend call, and a fork:
  * in the child, every call on the parent's allocator and device must fail at once, and a device and
@@ -125,6 +126,8 @@ struct block {
     tide_stream stream;    /* the stream it was allocated on */
     bool live;             /* allocated and not yet freed */
     bool in_pool;          /* allocated in the world's private pool */
+    bool in_sleepy;        /* allocated in the world's sleepable pool */
+    bool lost;             /* in_sleepy: a sleep discarded its contents (written again at the wake) */
     int host_refs;         /* references the program holds (retain without release yet) */
     int kernels[MAX_KERNELS];
     int nkernels;          /* kernels that use the block */
@@ -151,6 +154,10 @@ struct world {
     size_t ncheckpoint;
     bool have_checkpoint;
     size_t guard; /* bytes of canary before each block: 512 under guard:True */
+    /* The sleepable pool (0: none yet) and whether it sleeps (tide_pool_sleeping): its blocks' memory
+     * is then not there, so neither the program nor a kernel touches it. */
+    tide_pool_id sleepy;
+    bool asleep;
     const uint8_t *in;
     size_t len, pos;
 };
@@ -172,6 +179,9 @@ static size_t fuzzed_size(struct world *w)
     default: return ((size_t)1 << (a % 21)) + b;             /* 1 B to 1 MiB, log-uniform */
     }
 }
+
+/* Whether the block's memory is there to read and write: not while its pool sleeps. */
+static bool touchable(const struct world *w, const struct block *b) { return !(b->in_sleepy && w->asleep); }
 
 /* Is device use of the block possibly still going on? */
 static bool in_use_by_device(const struct world *w, const struct block *b)
@@ -285,7 +295,8 @@ static void malloc_in(struct world *w, tide_pool_id pool)
     tide_stream stream = w->streams[which];
     retire_blocks(w);
     void *p = NULL;
-    if (pool && !w->pool_live) { /* a released pool takes no allocation, whatever the size */
+    if (pool && ((pool == w->pool && !w->pool_live) || (pool == w->sleepy && w->asleep))) {
+        /* a released pool takes no allocation, whatever the size, nor does a sleeping one */
         EXPECT_REJECTED(w, tide_malloc_pool(w->t, size, stream, pool, &p), TIDE_EINVAL);
         return;
     }
@@ -313,7 +324,8 @@ static void malloc_in(struct world *w, tide_pool_id pool)
         die("tide_malloc failed unexpectedly", tide_last_error());
     if ((uintptr_t)p % 512)
         die("tide_malloc returned a block not aligned to 512 bytes", NULL);
-    struct block nb = {.p = p, .size = size, .stream = stream, .live = true, .in_pool = pool != 0};
+    struct block nb = {.p = p, .size = size, .stream = stream, .live = true, .in_pool = pool != 0 && pool == w->pool,
+                       .in_sleepy = pool != 0 && pool == w->sleepy};
     /* The malloc may have waited for the device (the out-of-memory ladder synchronizes), so whether a
      * freed block is still in use is asked again now. A kernel marks itself done before its fence can
      * signal or its reference go, so a block reused before that is a use after free. */
@@ -329,7 +341,7 @@ static void op_free(struct world *w)
     struct block *b = pick_live(w);
     if (!b)
         return;
-    if (!stamp_intact(b->p, b->size, b->tag))
+    if (touchable(w, b) && !stamp_intact(b->p, b->size, b->tag))
         die("a live block lost its pattern: another owner wrote it", NULL);
     SAY("free %p\n", (void *)b->p);
     tide_status s = tide_free(w->t, b->p);
@@ -351,8 +363,8 @@ static void op_kernel(struct world *w)
 {
     struct block *b = pick_live(w);
     unsigned how = byte(w);
-    if (!b || w->nkernels == MAX_KERNELS || b->nkernels == MAX_KERNELS)
-        return;
+    if (!b || w->nkernels == MAX_KERNELS || b->nkernels == MAX_KERNELS || !touchable(w, b))
+        return; /* (a kernel on a sleeping pool's block would read memory that is not there) */
     struct kernel *k = &w->kernels[w->nkernels];
     k->open = false;
     atomic_store(&k->done, false);
@@ -412,7 +424,7 @@ static void op_host_reference(struct world *w)
     for (int i = 0; i < w->nblocks; i++) {
         struct block *b = &w->blocks[(i + (int)what) % w->nblocks];
         if (b->host_refs > 0) {
-            if (!stamp_intact(b->p, b->size, b->tag))
+            if (touchable(w, b) && !stamp_intact(b->p, b->size, b->tag))
                 die("use-after-free detected", "a referenced block lost its pattern");
             SAY("release %p\n", (void *)b->p);
             if (tide_release(w->t, b->p) != TIDE_OK)
@@ -939,6 +951,86 @@ static void op_pool(struct world *w, unsigned what)
     }
 }
 
+/* The sleepable pool: made, allocated in, put to sleep (contents offloaded or discarded), woken. A
+ * call that meets an injected fault must say so, leave the pool asleep (unless the sleep's
+ * synchronize failed first), and the next call finishes; after a wake every block whose contents were
+ * offloaded has its pattern, and a discarded one is written again, as the program would. */
+static void op_sleep(struct world *w, unsigned what)
+{
+    if (!w->sleepy) {
+        if (tide_pool_create(w->t, &w->sleepy) != TIDE_OK || tide_pool_make_sleepable(w->t, w->sleepy) != TIDE_OK)
+            die("making a sleepable pool failed", tide_last_error());
+        SAY("sleepable pool %llu\n", (unsigned long long)w->sleepy);
+        return;
+    }
+    tide_sim_counters c0, c1;
+    tide_sim_get_counters(sim, &c0);
+    tide_status s = TIDE_OK;
+    switch (what) {
+    case 0: case 4:
+        malloc_in(w, w->sleepy);
+        return;
+    case 1: case 2: { /* sleep: offload, or discard */
+        if (w->captures) {
+            EXPECT_REJECTED(w, tide_pool_sleep(w->t, w->sleepy, what == 1 ? TIDE_SLEEP_OFFLOAD : 0), TIDE_EBUSY);
+            return;
+        }
+        open_all_gates(w); /* the sleep synchronizes */
+        s = tide_pool_sleep(w->t, w->sleepy, what == 1 ? TIDE_SLEEP_OFFLOAD : TIDE_SLEEP_DISCARD);
+        SAY("sleep (%s) -> %s\n", what == 1 ? "offload" : "discard", tide_status_name(s));
+        if (what == 2)
+            for (int i = 0; i < w->nblocks; i++)
+                w->blocks[i].lost |= w->blocks[i].in_sleepy;
+        break;
+    }
+    case 3: { /* wake */
+        if (w->captures) {
+            if (w->asleep)
+                EXPECT_REJECTED(w, tide_pool_wake(w->t, w->sleepy), TIDE_EBUSY);
+            return;
+        }
+        s = tide_pool_wake(w->t, w->sleepy);
+        SAY("wake -> %s\n", tide_status_name(s));
+        break;
+    }
+    default: { /* what a sleeping pool refuses, and bad flags */
+        EXPECT_REJECTED(w, tide_pool_sleep(w->t, w->sleepy, 0x80), TIDE_EINVAL);
+        if (w->asleep)
+            EXPECT_REJECTED(w, tide_pool_restore(w->t, w->sleepy, NULL, 0), TIDE_EINVAL);
+        return;
+    }
+    }
+    tide_sim_get_counters(sim, &c1);
+    bool faulted = false;
+    for (int op = 0; op < TIDE_SIM_OP_COUNT; op++)
+        faulted |= c1.failures[op] != c0.failures[op];
+    if (s != TIDE_OK && !(faulted && (s == TIDE_EDEVICE || s == TIDE_EHOSTMEM || s == TIDE_ENOMEM)) &&
+        !(what == 3 && s == TIDE_ENOMEM)) /* a wake may find the limit or the device full */
+        die("tide_pool_sleep or tide_pool_wake failed unexpectedly", tide_last_error());
+    uint32_t sleeping = 0;
+    if (tide_pool_sleeping(w->t, w->sleepy, &sleeping) != TIDE_OK)
+        die("tide_pool_sleeping failed", tide_last_error());
+    if (s != TIDE_OK && what == 3 && !sleeping)
+        die("a wake that failed left the pool awake", NULL);
+    if (s == TIDE_OK && (what == 3) == (sleeping != 0))
+        die("a sleep or wake that succeeded left the pool in the wrong state", NULL);
+    bool woke = w->asleep && !sleeping;
+    w->asleep = sleeping != 0;
+    if (!woke)
+        return;
+    for (int i = 0; i < w->nblocks; i++) { /* offloaded contents are back; discarded ones are written again */
+        struct block *b = &w->blocks[i];
+        if (!b->in_sleepy || !b->live)
+            continue;
+        if (b->lost) {
+            stamp(b);
+            b->lost = false;
+        } else if (!stamp_intact(b->p, b->size, b->tag)) {
+            die("a block of a woken pool lost its offloaded contents", NULL);
+        }
+    }
+}
+
 static const char *const configs[] = {
     "",
     "limit:256MiB",
@@ -996,6 +1088,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 die("tide_check failed", tide_last_error());
             continue;
         }
+        if (op >= 244) { /* the six below them: the sleepable pool */
+            op_sleep(&w, op - 244);
+            if (tide_check(w.t) != TIDE_OK)
+                die("tide_check failed", tide_last_error());
+            continue;
+        }
         switch (op % 13) {
         case 0: case 1: case 2: op_malloc(&w); break;
         case 3: case 4: op_free(&w); break;
@@ -1030,6 +1128,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (w.pool_live && tide_pool_release(w.t, w.pool) != TIDE_OK)
         die("tide_pool_release at the end failed", tide_last_error());
+    /* A sleeping pool is left asleep: tide_destroy gives back its ranges and host copies too. */
+    if (w.sleepy && tide_pool_release(w.t, w.sleepy) != TIDE_OK)
+        die("tide_pool_release of the sleepable pool at the end failed", tide_last_error());
     tide_stats s = stats_now(w.t);
     if (s.allocation[TIDE_POOL_ALL].current != 0)
         die("allocations counted after every block was freed", NULL);
@@ -1037,8 +1138,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         die("tide_destroy did not end clean", tide_last_error());
     tide_sim_counters c;
     tide_sim_get_counters(sim, &c);
-    if (c.held_bytes != 0 || c.held_segments != 0 || c.live_fences != 0)
-        die("the device still holds memory or fences after tide_destroy", NULL);
+    if (c.held_bytes != 0 || c.held_segments != 0 || c.live_fences != 0 || c.host_bytes != 0)
+        die("the device still holds memory, fences or host copies after tide_destroy", NULL);
     for (int i = 0; i < MAX_KERNELS; i++) {
         pthread_mutex_destroy(&w.kernels[i].m);
         pthread_cond_destroy(&w.kernels[i].c);
