@@ -27,7 +27,7 @@ def check(ok, what):
 def main():
     with SimulatedDevice(total_bytes=2 << 30) as dev:
         weights, kv = dev.create_pool(sleepable=True), dev.create_pool(sleepable=True)
-        w = [dev.malloc_pool(n, weights) for n in (3 * MIB, 40 * MIB, 4096)]
+        w = [dev.malloc_pool(n, weights) for n in (3 * MIB, 8 * MIB, 4096)]
         for i, p in enumerate(w):
             ctypes.memset(p, 0x30 + i, 4096)
         cache = dev.malloc_pool(100 * MIB, kv)
@@ -37,7 +37,7 @@ def main():
         c = dev.counters()
         check(held - c["held_bytes"] == reserved, "the pools' pages went back to the device (%d of %d bytes)"
               % (held - c["held_bytes"], reserved))
-        check(c["host_bytes"] >= 43 * MIB and c["host_bytes"] < 48 * MIB,
+        check(c["host_bytes"] >= 11 * MIB and c["host_bytes"] < 16 * MIB,
               "the weights' blocks (not the KV cache) are kept in host memory: %d bytes" % c["host_bytes"])
         stats = dev.stats()
         check(stats["asleep_bytes.all.current"] == reserved and stats["reserved_bytes.all.current"] == 0,
@@ -57,7 +57,7 @@ def main():
         start = dev.counters()
         for _ in range(100):
             dev.sleep(offload=[weights], discard=[kv])
-            t = dev.malloc(500 * MIB)  # the other phase
+            t = dev.malloc(500 * MIB)  # the other phase (untouched: its pages cost nothing here)
             dev.free(t)
             dev.empty_cache()
             dev.wake_up([weights, kv])

@@ -36,7 +36,7 @@ static uint32_t sleeping(tide_allocator *t, tide_pool_id pool)
 
 /* Blocks of a few sizes in the pool, each stamped with its own byte. */
 #define NBLOCKS 6
-static const size_t sizes[NBLOCKS] = {4096, 700 * 1024, 3 * MIB, 9 * MIB, 33 * MIB, 512};
+static const size_t sizes[NBLOCKS] = {4096, 700 * 1024, 3 * MIB, 5 * MIB, 12 * MIB, 512};
 
 static void fill_pool(tide_allocator *t, tide_pool_id pool, uint8_t *p[NBLOCKS])
 {
@@ -245,7 +245,7 @@ static void test_faults_then_repeat(void)
             uint8_t *p[NBLOCKS];
             fill_pool(f.t, pool, p);
             void *spread; /* a second run: a block past a gap of unmapped pages */
-            CHECK_OK(tide_malloc_pool(f.t, 64 * MIB, 0, pool, &spread));
+            CHECK_OK(tide_malloc_pool(f.t, 16 * MIB, 0, pool, &spread));
             if (!in_sleep)
                 CHECK_OK(tide_pool_sleep(f.t, pool, TIDE_SLEEP_OFFLOAD));
             /* a map that fails is out of memory: the wake releases cache and tries once more */
@@ -399,7 +399,7 @@ static void test_hundred_cycles(void)
     uint8_t *p[NBLOCKS];
     fill_pool(f.t, weights, p);
     void *cache;
-    CHECK_OK(tide_malloc_pool(f.t, 200 * MIB, 0, kv, &cache));
+    CHECK_OK(tide_malloc_pool(f.t, 64 * MIB, 0, kv, &cache));
     tide_sim_counters start = counters(f.sim);
     int64_t reserved = reserved_of(f.t);
     uint64_t first_maps = 0;
@@ -407,8 +407,8 @@ static void test_hundred_cycles(void)
         CHECK_OK(tide_pool_sleep(f.t, weights, TIDE_SLEEP_OFFLOAD));
         CHECK_OK(tide_pool_sleep(f.t, kv, TIDE_SLEEP_DISCARD));
         void *train; /* the other phase uses the memory */
-        CHECK_OK(tide_malloc(f.t, 300 * MIB, 0, &train));
-        memset(train, 0xEE, 300 * MIB);
+        CHECK_OK(tide_malloc(f.t, 96 * MIB, 0, &train));
+        memset(train, 0xEE, 4 * MIB); /* (its first pages: touching all of it only costs time here) */
         CHECK_OK(tide_free(f.t, train));
         uint64_t maps = counters(f.sim).calls[TIDE_SIM_MAP];
         CHECK_OK(tide_pool_wake(f.t, weights));

@@ -908,6 +908,11 @@ static tide_status sim_host_alloc(void *ctx, size_t size, void **out)
         tide_backend_error("sim: host_alloc of %zu bytes failed", size);
         return TIDE_ENOMEM;
     }
+#ifdef MADV_HUGEPAGE
+    /* Written whole at once: in 2 MiB pages the first touch costs a tenth of what 4 KiB pages cost
+     * (9 ms against 92 for 21 MiB on the test machine), which is most of an offload here. */
+    madvise(p, size, MADV_HUGEPAGE);
+#endif
     pthread_mutex_lock(&sim->lock);
     sim->host_bytes += size;
     sim->host_buffers++;
