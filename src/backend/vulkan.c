@@ -414,6 +414,13 @@ static void hold_recycle(struct tide_vk *vk, struct hold *h)
     vk->spare = h;
 }
 
+static void hold_discard(struct tide_vk *vk, struct hold *h)
+{
+    pthread_mutex_lock(&vk->holds_lock);
+    hold_recycle(vk, h);
+    pthread_mutex_unlock(&vk->holds_lock);
+}
+
 /* Whether the completion thread's wait ends by the time sem reaches value. */
 static bool waited_for(const struct tide_vk *vk, VkSemaphore sem, uint64_t value)
 {
@@ -593,6 +600,28 @@ static void release_all(tide_allocator *t, void *const *blocks, size_t n)
         tide_release(t, blocks[i]);
 }
 
+/* A hold of blocks by a semaphore's value (set by the caller), each block retained; not yet listed. */
+static tide_status hold_make(struct tide_vk *vk, tide_allocator *t, void *const *blocks, size_t nblocks,
+                             VkSemaphore semaphore, const char *who, struct hold **out)
+{
+    pthread_mutex_lock(&vk->holds_lock);
+    struct hold *h = hold_new(vk, nblocks);
+    pthread_mutex_unlock(&vk->holds_lock);
+    if (!h)
+        return tide__fail(TIDE_EHOSTMEM, "%s: out of host memory for a hold of %zu blocks", who, nblocks);
+    tide_status s = retain_all(t, blocks, nblocks, who);
+    if (s != TIDE_OK) {
+        hold_discard(vk, h);
+        return s;
+    }
+    memcpy(h->blocks, blocks, nblocks * sizeof *blocks);
+    h->n = nblocks;
+    h->t = t;
+    h->semaphore = semaphore;
+    *out = h;
+    return TIDE_OK;
+}
+
 static tide_status hold_args_check(tide_vk *vk, tide_allocator *t, void *const *blocks, size_t n,
                                    const char *call)
 {
@@ -614,24 +643,8 @@ tide_status tide_vk_submit(tide_vk *vk, tide_allocator *t, const VkCommandBuffer
     if (ncmds && !cmds)
         return tide__fail(TIDE_EINVAL, "tide_vk_submit: %u command buffers but the list is NULL", ncmds);
     struct hold *h = NULL; /* none for a submission that holds no block */
-    if (nblocks) {
-        pthread_mutex_lock(&vk->holds_lock);
-        h = hold_new(vk, nblocks);
-        pthread_mutex_unlock(&vk->holds_lock);
-        if (!h)
-            return tide__fail(TIDE_EHOSTMEM, "tide_vk_submit: out of host memory for a hold of %zu blocks",
-                              nblocks);
-        if ((s = retain_all(t, blocks, nblocks, "tide_vk_submit")) != TIDE_OK) {
-            pthread_mutex_lock(&vk->holds_lock);
-            hold_recycle(vk, h);
-            pthread_mutex_unlock(&vk->holds_lock);
-            return s;
-        }
-        memcpy(h->blocks, blocks, nblocks * sizeof *blocks);
-        h->n = nblocks;
-        h->t = t;
-        h->semaphore = vk->timeline;
-    }
+    if (nblocks && (s = hold_make(vk, t, blocks, nblocks, vk->timeline, "tide_vk_submit", &h)) != TIDE_OK)
+        return s;
     /* The value is taken and the hold listed under the queue's lock, so that the list is in the
      * order of the values. */
     pthread_mutex_lock(&vk->queue_lock);
@@ -652,9 +665,7 @@ tide_status tide_vk_submit(tide_vk *vk, tide_allocator *t, const VkCommandBuffer
     atomic_fetch_add(&vk->submissions, 1);
     if (r != VK_SUCCESS && h) {
         release_all(t, blocks, nblocks);
-        pthread_mutex_lock(&vk->holds_lock);
-        hold_recycle(vk, h);
-        pthread_mutex_unlock(&vk->holds_lock);
+        hold_discard(vk, h);
     }
     if (r != VK_SUCCESS)
         return tide__fail_with_context(vk_failed(r, "vkQueueSubmit"), "tide_vk_submit");
@@ -673,21 +684,9 @@ tide_status tide_vk_hold(tide_vk *vk, tide_allocator *t, VkSemaphore semaphore, 
         return tide__fail(TIDE_EINVAL, "tide_vk_hold: the semaphore is VK_NULL_HANDLE");
     if (nblocks == 0)
         return TIDE_OK;
-    pthread_mutex_lock(&vk->holds_lock);
-    struct hold *h = hold_new(vk, nblocks);
-    pthread_mutex_unlock(&vk->holds_lock);
-    if (!h)
-        return tide__fail(TIDE_EHOSTMEM, "tide_vk_hold: out of host memory for a hold of %zu blocks", nblocks);
-    if ((s = retain_all(t, blocks, nblocks, "tide_vk_hold")) != TIDE_OK) {
-        pthread_mutex_lock(&vk->holds_lock);
-        hold_recycle(vk, h);
-        pthread_mutex_unlock(&vk->holds_lock);
+    struct hold *h;
+    if ((s = hold_make(vk, t, blocks, nblocks, semaphore, "tide_vk_hold", &h)) != TIDE_OK)
         return s;
-    }
-    memcpy(h->blocks, blocks, nblocks * sizeof *blocks);
-    h->n = nblocks;
-    h->t = t;
-    h->semaphore = semaphore;
     h->value = value;
     pthread_mutex_lock(&vk->holds_lock);
     hold_push(vk, h);
