@@ -221,7 +221,7 @@ static void part_loop(int cycles)
     struct weights w = make_weights(t, weights, 128 * MIB); /* 64 MiB of it in blocks: no 256 MiB matrix fits */
     void *cache;
     must(tide_malloc_pool(t, 384 * MIB, 0, kv, &cache), "the KV cache");
-    struct sample first[4], lo[4], hi[4];
+    struct sample first[4] = {{0}}, lo[4] = {{0}}, hi[4] = {{0}}; /* filled by the cycles (at least 3: main) */
     double sleep_ms = 0, wake_ms = 0;
     tide_sim_counters start = counters(sim);
     for (int cycle = 0; cycle < cycles; cycle++) {
