@@ -21,6 +21,7 @@
 //                                    each per round, each after an untimed replay in its state, in one
 //                                    process; medians and their ratio
 //   TIDEPOOL_HISTORY=N               tidepool records a history of the last N events all along
+//   GPU_BENCH_ROUNDS=N               replay: N warm passes per allocator instead of 15 (at least 2)
 //
 // Built by bench/build_gpu_bench.sh against the installed PyTorch (c10, c10_cuda) and CUDA runtime.
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -537,7 +538,10 @@ int main(int argc, char **argv)
     if (only && !strcmp(only, "torch"))
         only = "pytorch";
     const char *conf = getenv("PYTORCH_CUDA_ALLOC_CONF"), *tide_conf = getenv("TIDEPOOL_CONF");
-    const int rounds = 15;
+    // GPU_BENCH_ROUNDS: fewer warm passes for long traces (the workload suite's run to millions of
+    // operations); at least 2, so that there are warm passes after the first.
+    const char *rounds_text = getenv("GPU_BENCH_ROUNDS");
+    const int rounds = rounds_text ? std::max(2, std::min(1000, atoi(rounds_text))) : 15;
     printf("| trace | allocator | ns per op, warm (median of %d) | warm, best | ns per op, cold | "
            "peak reserved MiB | peak reserved / peak live | driver calls, all warm passes | "
            "driver calls, warm passes 2-%d |\n"

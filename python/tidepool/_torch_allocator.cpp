@@ -81,6 +81,11 @@ Snapshot snapshot_of(DeviceIndex device)
     return Snapshot(snap, &tide_snapshot_free);
 }
 
+// Numbers in messages are written here, never streamed: an integer streamed by c10::str from this
+// extension crashed inside the stream's number formatting on the torch it was first built against
+// (PyTorch 2.11), while strings pass.
+std::string num(long long value) { return std::to_string(value); }
+
 // PyTorch's way of writing a size in its out-of-memory message ("20.00 MiB").
 std::string format_size(uint64_t size)
 {
@@ -156,7 +161,7 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         if (e == cudaErrorMemoryAllocation) {
             (void)cudaGetLastError();
             TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate ", format_size(size),
-                             ". GPU ", static_cast<int>(device),
+                             ". GPU ", num(device),
                              ": cudaMalloc failed with the caching allocator disabled.");
         }
         C10_CUDA_CHECK(e);
@@ -199,7 +204,7 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         uint64_t allocated = static_cast<uint64_t>(st.allocated_bytes[TIDE_POOL_ALL].current);
         uint64_t reserved = static_cast<uint64_t>(st.reserved_bytes[TIDE_POOL_ALL].current);
         TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate ", format_size(size),
-                         ". GPU ", static_cast<int>(device), " has a total capacity of ", format_size(total_b),
+                         ". GPU ", num(device), " has a total capacity of ", format_size(total_b),
                          " of which ", format_size(free_b), " is free. Of the allocated memory ",
                          format_size(allocated), " is allocated by PyTorch, and ",
                          format_size(reserved > allocated ? reserved - allocated : 0),
@@ -464,8 +469,8 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         auto it = pools_.find(key);
         if (it != pools_.end())
             return it->second;
-        TORCH_CHECK(create, "tidepool: pool (", id.first, ", ", id.second, ") was never created on device ",
-                    static_cast<int>(device));
+        TORCH_CHECK(create, "tidepool: pool (", num(static_cast<long long>(id.first)), ", ",
+                    num(static_cast<long long>(id.second)), ") was never created on device ", num(device));
         tide_pool_id pool = 0;
         tide_status s = tide_pool_create(allocator_of(device), &pool);
         TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
@@ -676,7 +681,7 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         auto state = std::dynamic_pointer_cast<PoolCheckpoint>(pps);
         TORCH_CHECK(state, "tidepool: setCheckpointPoolState: the state was not taken by tidepool's getCheckpointState");
         TORCH_CHECK(state->device == device, "tidepool: setCheckpointPoolState: a checkpoint of device ",
-                    static_cast<int>(state->device), " set on device ", static_cast<int>(device));
+                    num(state->device), " set on device ", num(device));
         tide_allocator *t = allocator_of(device);
         cca::CheckpointDelta delta;
         size_t slot = device_slot(device);

@@ -363,7 +363,7 @@ feature("allocator_backend", "torch.cuda.get_allocator_backend() names the alloc
 
 # ---- what downstream code expects of the allocator -----------------------------------------------------
 
-feature("oom_halves_batch", "accelerate's find_executable_batch_size halves the batch on running out "
+feature("oom_halves_batch", "accelerate's find_executable_batch_size shrinks the batch on running out "
         "(the text says \" out of memory.\" after PyTorch's first sentence)")("""
     total = torch.cuda.get_device_properties(0).total_memory
     tried = []
@@ -388,8 +388,11 @@ feature("oom_halves_batch", "accelerate's find_executable_batch_size halves the 
         raise SystemExit("accelerate is not installed: pip install accelerate")
     result = find_executable_batch_size(step, starting_batch_size=64)()
     print("tried", tried)
-    assert tried[:3] == [64, 32, 16], tried
-    assert result == tried[-1] and result <= 8, (result, tried)
+    # accelerate shrinks the batch on each out-of-memory error it recognizes (by half in older
+    # releases, by a tenth in newer ones) until one fits: batch 16 is the whole device.
+    assert tried[0] == 64 and len(tried) >= 3, tried
+    assert all(a > b for a, b in zip(tried, tried[1:])), tried
+    assert result == tried[-1] and result < 16, (result, tried)
 """)
 
 feature("memory_viz_timeline", "_memory_viz renders a history whose allocations free (free_completed, "
@@ -478,8 +481,8 @@ feature("trace_tracker_segments", "an allocator trace tracker (as ProcessGroupNC
     assert made + maps >= 1 and gone + unmaps >= 1, probe.counts()
 """)
 
-feature("empty_cache_in_mem_pool", "torch.cuda.empty_cache() inside use_mem_pool works, and the rest of the "
-        "device drains and releases meanwhile")("""
+feature("empty_cache_in_mem_pool", "torch.cuda.empty_cache() inside use_mem_pool works (the pool's tensors "
+        "stay), and after it the memory freed outside the pool goes back")("""
     side = torch.cuda.Stream()
     outside = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
     with torch.cuda.stream(side):
@@ -490,12 +493,17 @@ feature("empty_cache_in_mem_pool", "torch.cuda.empty_cache() inside use_mem_pool
     pool = torch.cuda.MemPool()
     with torch.cuda.use_mem_pool(pool):
         x = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+        x.fill_(7)
         before = torch.cuda.memory_reserved()
-        torch.cuda.empty_cache()   # must not raise; the 64 MiB outside the pool goes back
-        after = torch.cuda.memory_reserved()
-        assert after <= before - (64 << 20), (before, after)
+        torch.cuda.empty_cache()   # must not raise, nor take the pool's live tensor
+        assert torch.cuda.memory_reserved() <= before
         y = torch.empty(1 << 20, device="cuda")
         del y
+    assert int(x[:1000].sum()) == 7000
+    before = torch.cuda.memory_reserved()
+    torch.cuda.empty_cache()       # outside the pool: the 64 MiB freed on the side stream goes back
+    after = torch.cuda.memory_reserved()
+    assert after <= before - (64 << 20), (before, after)
     del x
     del pool
     torch.cuda.empty_cache()
