@@ -1,6 +1,6 @@
 # tidepool: the two commands a new user needs.
 #   make demo    build, then replay a real training trace through tidepool on the simulated device
-#   make check   build, then run the test suite (under 8 minutes of tests on 2 cores; make check-long: the long sweeps)
+#   make check   build, then run the test suite (about 5 minutes on 2 cores, the build included; make check-long: the long sweeps)
 # Other targets: make build, make check-long (the long sweeps), make docs-figures (README's figures
 # from the commands), make check-sanitize (ASan+UBSan), make check-tsan (ThreadSanitizer),
 # make check-valgrind (memcheck), make fuzz (libFuzzer, FUZZ_SECONDS), make coverage (lines the tests
