@@ -49,7 +49,7 @@ void allocator_lock_all(tide_allocator *t)
     pthread_mutex_lock(&t->pressure);
     uint32_t n = atomic_load(&t->nheaps);
     for (uint32_t i = 0; i < n; i++)
-        heap_lock(t->heaps[i]);
+        heap_lock_and_settle(t->heaps[i]);
 }
 
 void allocator_unlock_all(tide_allocator *t)
@@ -68,7 +68,7 @@ void allocator_debug_check_now(tide_allocator *t, const char *after)
         return;
     uint32_t n = atomic_load(&t->nheaps);
     for (uint32_t i = 0; i < n; i++)
-        heap_lock(t->heaps[i]);
+        heap_lock_and_settle(t->heaps[i]);
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", tide_last_error());
     tide_status s = check_locked(t);
@@ -76,7 +76,7 @@ void allocator_debug_check_now(tide_allocator *t, const char *after)
         fprintf(stderr, "tidepool: debug check failed after %s: %s\n", after, tide_last_error());
         abort();
     }
-    tide__fail(TIDE_OK, "%s", saved); /* the check must not change the caller's last message */
+    tide__restore_message(saved); /* the check must not change the caller's last message */
     allocator_unlock_all(t);
 }
 
@@ -369,7 +369,7 @@ __attribute__((noinline)) static tide_status locate(tide_allocator *t, uintptr_t
         struct heap *h = atomic_load_explicit(&seg->heap, memory_order_acquire);
         if (!h)
             continue;
-        heap_lock(h);
+        heap_lock_and_settle(h);
         struct block *b = ptr_map_get(&h->map, addr);
         if (b) {
             *oh = h;
@@ -409,7 +409,7 @@ __attribute__((noinline)) static tide_status prepare_block(tide_allocator *t, st
     tide_status failed = tide__fail_with_context(s, "%s: %s the block on the %s device", verb,
                                                  scrub ? "scrubbing" : "writing the guard of",
                                                  be->name);
-    heap_lock(h);
+    heap_lock_and_settle(h);
     lifecycle_free(h, b, NULL);
     heap_unlock(h);
     return failed;
@@ -485,7 +485,7 @@ static inline __attribute__((always_inline)) tide_status malloc_on_heap(tide_all
                                                                         void *site)
 {
     tide_status s = TIDE_OK;
-    heap_lock_fast(h);
+    heap_lock(h);
     struct block *b = NULL;
     if (h->parked) { /* pending blocks drain first, and their merges follow the parked block's */
         if (h->parked->size == rounded && !h->pending_head)
@@ -509,7 +509,7 @@ static inline __attribute__((always_inline)) tide_status malloc_on_heap(tide_all
         /* The lock only for a history's sake (its ring is written under it): a start that races
          * with this test begins just after this allocation. */
         if (b && atomic_load_explicit(&t->history, memory_order_relaxed)) {
-            heap_lock(h);
+            heap_lock_and_settle(h);
             history_heap_alloc(h, b, size, site);
             heap_unlock(h);
         }
@@ -671,7 +671,7 @@ tide_status tide_free(tide_allocator *t, void *ptr)
     /* Most frees come from the thread that allocated, on the same stream: try that heap first. */
     if (TIDE_LIKELY(last_heap.allocator_id == atomic_load_explicit(&t->id, memory_order_relaxed))) {
         struct heap *h = last_heap.heap;
-        heap_lock(h);
+        heap_lock_and_settle(h);
         struct block *b = ptr_map_get(&h->map, (uintptr_t)ptr - t->guard);
         if (TIDE_LIKELY(b != NULL))
             return free_found(t, ptr, h, b, __builtin_return_address(0));

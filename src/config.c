@@ -309,29 +309,33 @@ struct config_key {
     tide_config_key doc;              /* what tide_config_keys tells users */
     enum key_kind kind;
     size_t field;                     /* offsetof the value in struct tide_config */
-    double lo, hi;                    /* the range, for KEY_LEVEL and KEY_MIB */
-    double default_value;             /* for KEY_BOOL (0 or 1), KEY_LEVEL, KEY_FRACTION, KEY_MIB (in
-                                         bytes; SIZE_MAX for none) */
+    uint64_t lo, hi;                  /* the range, for KEY_LEVEL and KEY_MIB (in MiB) */
+    union {                           /* the default, in the field's own type (KEY_LIMIT has none) */
+        bool flag;                    /* KEY_BOOL */
+        int level;                    /* KEY_LEVEL */
+        double fraction;              /* KEY_FRACTION */
+        size_t bytes;                 /* KEY_MIB: in bytes; SIZE_MAX for none */
+    } dflt;
     const char *expected;             /* the message's "expected ..." */
 };
 
 #define FIELD(f) offsetof(struct tide_config, f)
-#define BOOL_KEY(name, f, dflt, doc)                                                                     { {name, "bool", (dflt) ? "True" : "False", doc}, KEY_BOOL, FIELD(f), 0, 1, dflt, "True or False" }
+#define BOOL_KEY(name, f, dflt, doc)                                                                     { {name, "bool", (dflt) ? "True" : "False", doc}, KEY_BOOL, FIELD(f), 0, 1, {.flag = (dflt)}, "True or False" }
 
 /* Every key, once. The manual (tidepool.h, CONFIGURATION) and README's table say the same; the test
  * config_keys_documented checks README's against tide_config_keys. */
 static const struct config_key keys[] = {
     {{"limit", "size or fraction", "the device's memory",
       "reserved memory never exceeds it: bytes (8GiB, 512MB) or a fraction of the device (0.9, 90%)"},
-     KEY_LIMIT, FIELD(limit_bytes), 0, 0, 0,
+     KEY_LIMIT, FIELD(limit_bytes), 0, 0, {.bytes = 0},
      "bytes (\"8GiB\", \"512MB\", \"4096\") or a fraction of the device (\"0.9\", \"90%\")"},
     {{"garbage_collection_threshold", "fraction", "off",
       "0 < F < 1: above F x limit, give the oldest idle segments back before reserving"},
-     KEY_FRACTION, FIELD(gc_threshold), 0, 1, 0, "a fraction of the limit, 0 < F < 1"},
+     KEY_FRACTION, FIELD(gc_threshold), 0, 1, {.fraction = 0}, "a fraction of the limit, 0 < F < 1"},
     {{"max_split_size_mb", "MiB", "unlimited",
       "segments reserved for requests of N MiB or more (N > 20) serve smaller requests only where a "
       "segment of their own would pass the most ever reserved; no effect with expandable segments"},
-     KEY_MIB, FIELD(max_split_size), 21, (double)(UINT64_MAX >> 21), (double)SIZE_MAX,
+     KEY_MIB, FIELD(max_split_size), 21, UINT64_MAX >> 21, {.bytes = SIZE_MAX},
      "a whole number of MiB above 20"},
     BOOL_KEY("trim_on_growth", trim_on_growth, 1,
              "before reserving past the most ever reserved, give idle segments back"),
@@ -344,7 +348,7 @@ static const struct config_key keys[] = {
     BOOL_KEY("leak_report", leak_report, 0, "tide_destroy prints what is still allocated, by tag and call site"),
     {{"debug", "0, 1 or 2", "0",
       "1: validate every invariant after each call that reserves or releases; 2: after every call"},
-     KEY_LEVEL, FIELD(debug), 0, 2, 0, "0, 1 or 2"},
+     KEY_LEVEL, FIELD(debug), 0, 2, {.level = 0}, "0, 1 or 2"},
 };
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
 
@@ -364,24 +368,11 @@ void config_defaults(struct tide_config *c)
     memset(c, 0, sizeof *c);
     for (size_t i = 0; i < KEY_COUNT; i++) {
         size_t field = keys[i].field;
-        double d = keys[i].default_value;
-        switch (keys[i].kind) { /* each kind converts its default only: a MiB default is past an int */
-        case KEY_BOOL: {
-            bool b = d != 0;
-            store(c, field, &b, sizeof b);
-            break;
-        }
-        case KEY_LEVEL: {
-            int level = (int)d;
-            store(c, field, &level, sizeof level);
-            break;
-        }
-        case KEY_FRACTION: store(c, field, &d, sizeof d); break;
-        case KEY_MIB: {
-            size_t mib = d >= (double)SIZE_MAX ? SIZE_MAX : (size_t)d;
-            store(c, field, &mib, sizeof mib);
-            break;
-        }
+        switch (keys[i].kind) {
+        case KEY_BOOL: store(c, field, &keys[i].dflt.flag, sizeof(bool)); break;
+        case KEY_LEVEL: store(c, field, &keys[i].dflt.level, sizeof(int)); break;
+        case KEY_FRACTION: store(c, field, &keys[i].dflt.fraction, sizeof(double)); break;
+        case KEY_MIB: store(c, field, &keys[i].dflt.bytes, sizeof(size_t)); break;
         case KEY_LIMIT: break; /* unset: the device's memory, decided at tide_create */
         }
     }
@@ -446,7 +437,7 @@ static tide_status apply(struct tide_config *c, const char *origin, const struct
         store(c, key->field, &b, sizeof b);
         return TIDE_OK;
     case KEY_LEVEL:
-        if (!parse_whole(v, vlen, &n) || n < (uint64_t)key->lo || n > (uint64_t)key->hi)
+        if (!parse_whole(v, vlen, &n) || n < key->lo || n > key->hi)
             return bad_value(origin, key, v, vlen, NULL);
         level = (int)n;
         store(c, key->field, &level, sizeof level);
@@ -457,7 +448,7 @@ static tide_status apply(struct tide_config *c, const char *origin, const struct
         store(c, key->field, &f, sizeof f);
         return TIDE_OK;
     case KEY_MIB:
-        if (!parse_whole(v, vlen, &n) || n < (uint64_t)key->lo || n > (uint64_t)key->hi || n > SIZE_MAX / MiB)
+        if (!parse_whole(v, vlen, &n) || n < key->lo || n > key->hi || n > SIZE_MAX / MiB)
             return bad_value(origin, key, v, vlen, NULL);
         bytes = (size_t)n * MiB;
         store(c, key->field, &bytes, sizeof bytes);

@@ -89,6 +89,13 @@ tide_status tide__fail(tide_status status, const char *fmt, ...)
     return status;
 }
 
+void tide__restore_message(const char *saved)
+{
+    struct thread_message *m = thread_message();
+    if (m)
+        snprintf(m->text, sizeof m->text, "%s", saved);
+}
+
 void tide_backend_error(const char *fmt, ...)
 {
     struct thread_message *m = thread_message();

@@ -331,7 +331,7 @@ static tide_status join_needs_get(tide_allocator *t, struct heap *h, const struc
         return s;
     if (!(n->run = segment_struct(t)))
         return tide__fail(TIDE_EHOSTMEM, "out of host memory for a segment");
-    heap_lock(h);
+    heap_lock_and_settle(h);
     n->block = block_new(h);
     heap_unlock(h);
     if (!n->block) {
@@ -394,7 +394,7 @@ static void keep_stranded_pages(tide_allocator *t, struct heap *h, const struct 
                                 size_t size, struct join_needs *n)
 {
     struct placement kept = {p->arena, addr == p->addr ? p->left : NULL, addr, size, addr, addr + size};
-    heap_lock(h);
+    heap_lock_and_settle(h);
     (void)join_pages(t, h, &kept, n);
     heap_unlock(h);
     note_reserved(t, size);
@@ -448,7 +448,7 @@ static tide_status map_planned_pages(tide_allocator *t, struct heap *h, struct p
     if (stranded)
         keep_stranded_pages(t, h, p, stranded_at, stranded, needs);
     if (s != TIDE_OK) {
-        heap_lock(h);
+        heap_lock_and_settle(h);
         join_needs_put(t, h, needs);
         heap_unlock(h);
         return s;
@@ -467,7 +467,7 @@ tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind po
     bool trimmed = false;
     for (int attempt = 0; attempt < 4; attempt++) {
         struct placement p = {0};
-        heap_lock(h);
+        heap_lock_and_settle(h);
         bool placed = plan_growth(h, pool, rounded, page, &p);
         heap_unlock(h);
         if (!placed) {
@@ -492,7 +492,7 @@ tide_status expandable_grow(tide_allocator *t, struct heap *h, enum pool_kind po
             if (s != TIDE_OK)
                 return s;
         }
-        heap_lock(h);
+        heap_lock_and_settle(h);
         struct segment *run = p.need ? join_pages(t, h, &p, &needs) : p.left;
         join_needs_put(t, h, &needs);
         /* The FREE block the plan counted on, unless this stream's fast path took part of it. */
@@ -652,7 +652,7 @@ static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t excep
         struct free_pages *v = NULL;
         if (h->keeps_memory)
             continue; /* a private pool in use */
-        heap_lock(h);
+        heap_lock_and_settle(h);
         size_t n = collect_free_pages(h, page, except_lo, except_hi, &v);
         bool *taken = n && want != SIZE_MAX ? calloc(n, sizeof *taken) : NULL;
         size_t planned = done;

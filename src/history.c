@@ -563,7 +563,7 @@ tide_status tide_history_start(tide_allocator *t, size_t capacity, unsigned flag
     for (uint32_t i = 0; i < n; i++) {
         struct heap *h = t->heaps[i];
         struct heap_ring *r = atomic_load_explicit(&hist->rings[i], memory_order_relaxed);
-        heap_lock(h);
+        heap_lock_and_settle(h);
         if (!r || h->history_ring != r) { /* (a heap may have found its new ring already) */
             heap_detach(h);
             if (r)
@@ -591,7 +591,7 @@ tide_status tide_history_stop(tide_allocator *t)
     uint32_t n = atomic_load(&t->nheaps);
     for (uint32_t i = 0; i < n; i++) {
         struct heap *h = t->heaps[i];
-        heap_lock(h);
+        heap_lock_and_settle(h);
         heap_detach(h);
         heap_unlock(h);
     }
@@ -809,12 +809,12 @@ static tide_status read_locked(tide_allocator *t, struct history *hist, tide_eve
         if (!r)
             continue;
         struct heap *h = t->heaps[i];
-        heap_lock(h);
+        heap_lock_and_settle(h);
         want = ring_held(h, r);
         heap_unlock(h);
         if (!(ok = gather_reserve(&g, want)))
             break;
-        heap_lock(h);
+        heap_lock_and_settle(h);
         gather_ring(&g, h, r, t->guard);
         heap_unlock(h);
         gather_run_ends(&g);

@@ -47,6 +47,8 @@ tide_status tide__fail_with_context(tide_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Call before calling into a backend. */
 void tide__clear_backend_message(void);
+/* Puts back a message saved from tide_last_error() (a check that must leave the caller's alone). */
+void tide__restore_message(const char *saved);
 
 /* ---- free_index.c ---------------------------------------------------------------------------------- */
 /* end: a block struct of the heap's that the index keeps for itself. */
@@ -331,16 +333,17 @@ size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct seg
 size_t heap_detach_idle_segment(struct heap *h, struct segment *seg, struct segment **out);
 /* Under h->lock: merges the parked block into the cache, as tide_free would have at once. */
 void heap_settle(struct heap *h);
-/* Every path but tide_malloc's takes a heap's lock with heap_lock, which settles the parked block
- * first: no other code sees one. tide_malloc takes it with heap_lock_fast, to reuse the block, and so
- * does pressure.c's settle_and_unlock, which reads only the statistics. */
-static inline void heap_lock(struct heap *h)
+/* Every path but tide_malloc's takes a heap's lock with heap_lock_and_settle, which merges the parked
+ * block first: no other code sees one. tide_malloc takes it with heap_lock alone, to reuse the block,
+ * and so do the calls that only settle the statistics' peaks (pressure.c's and sleep.c's
+ * settle_and_unlock, tide_pool_restore), which leave a parked block parked. */
+static inline void heap_lock(struct heap *h) { spin_lock_acquire(&h->lock); }
+static inline void heap_lock_and_settle(struct heap *h)
 {
-    spin_lock_acquire(&h->lock);
+    heap_lock(h);
     if (h->parked)
         heap_settle(h);
 }
-static inline void heap_lock_fast(struct heap *h) { spin_lock_acquire(&h->lock); }
 static inline void heap_unlock(struct heap *h) { spin_lock_release(&h->lock); }
 /* Under h->lock: put back a segment whose release failed (what is still held of it: seg's base and
  * size), as one FREE block, the struct it kept. */

@@ -191,7 +191,7 @@ tide_status tide_pool_memory(tide_allocator *t, tide_pool_id id, size_t *reserve
     struct private_pool *p = find_pool(t, id);
     for (uint32_t i = 0; p && i < p->nheaps; i++) {
         struct heap *h = p->heaps[i];
-        heap_lock(h);
+        heap_lock_and_settle(h);
         r += (size_t)(h->stats.pool[TIDE_POOL_ALL].reserved.cur - h->stats.pool[TIDE_POOL_ALL].asleep.cur);
         a += (size_t)h->stats.pool[TIDE_POOL_ALL].allocated.cur;
         heap_unlock(h);
@@ -233,7 +233,7 @@ static struct heap *recycle_heap(tide_allocator *t, struct private_pool *p, tide
              * it, with nothing allocated yet: h would take that block to p. */
             if (h->stream != stream || atomic_load_explicit(&h->pool_mallocs, memory_order_acquire))
                 continue;
-            heap_lock(h);
+            heap_lock_and_settle(h);
             bool empty = !h->segments && !h->pending_head && !h->parked && h->map.count == 0;
             if (empty) {
                 h->pool_id = p->id;
@@ -436,7 +436,7 @@ tide_status pool_sleep_mark(tide_allocator *t, tide_pool_id id, const char *verb
         } else if (mark < 0) { /* awake (under the pressure lock, which keeps_memory is read under) */
             p->asleep = false;
             for (uint32_t i = 0; i < p->nheaps; i++) {
-                heap_lock(p->heaps[i]);
+                heap_lock_and_settle(p->heaps[i]);
                 p->heaps[i]->sleeping = false;
                 p->heaps[i]->keeps_memory = p->use_count > 0;
                 heap_unlock(p->heaps[i]);
@@ -510,7 +510,7 @@ static tide_status collect_active(tide_allocator *t, const struct pool_heaps *ph
     for (;;) {
         count = 0;
         for (uint32_t i = 0; i < ph->n; i++) {
-            heap_lock(ph->heaps[i]);
+            heap_lock_and_settle(ph->heaps[i]);
             list_active(t, ph->heaps[i], all, cap, &count);
             heap_unlock(ph->heaps[i]);
         }
@@ -562,7 +562,7 @@ static struct heap *owning_heap(tide_allocator *t, const struct pool_heaps *ph, 
     struct heap *h = atomic_load_explicit(&seg->heap, memory_order_acquire);
     for (uint32_t i = 0; i < ph->n; i++)
         if (ph->heaps[i] == h && h->stream == stream) {
-            heap_lock(h);
+            heap_lock_and_settle(h);
             /* Confirmed under the lock (the map's answer is a hint). */
             if (atomic_load_explicit(&seg->heap, memory_order_relaxed) == h && addr >= seg->base &&
                 addr < seg->base + seg->size) {
@@ -602,7 +602,7 @@ static size_t most_blocks(const tide_allocator *t, const struct pool_heaps *ph)
 {
     size_t reserved = 0;
     for (uint32_t i = 0; i < ph->n; i++) {
-        heap_lock(ph->heaps[i]);
+        heap_lock_and_settle(ph->heaps[i]);
         reserved += (size_t)ph->heaps[i]->stats.pool[TIDE_POOL_ALL].reserved.cur;
         heap_unlock(ph->heaps[i]);
     }
@@ -732,7 +732,7 @@ static tide_status pool_restore(tide_allocator *t, tide_pool_id id, const tide_p
     /* Blocks used on other streams wait for their fences: the device finishes what it was given. */
     bool waiting = false;
     for (uint32_t i = 0; i < ph.n; i++) {
-        heap_lock(ph.heaps[i]);
+        heap_lock_and_settle(ph.heaps[i]);
         waiting |= ph.heaps[i]->pending_head != NULL;
         heap_unlock(ph.heaps[i]);
     }
@@ -744,9 +744,9 @@ static tide_status pool_restore(tide_allocator *t, tide_pool_id id, const tide_p
     for (size_t i = 0; i < n && s == TIDE_OK; i++)
         s = restore_block(t, &ph, &blocks[i], i);
     /* Every heap, not only the pool's: the synchronize drained PENDING blocks everywhere. With
-     * heap_lock_fast, as pressure.c settles: a parked block elsewhere stays parked. */
+     * heap_lock (no settling), as pressure.c settles: a parked block elsewhere stays parked. */
     for (uint32_t i = 0; i < atomic_load(&t->nheaps); i++) {
-        heap_lock_fast(t->heaps[i]);
+        heap_lock(t->heaps[i]);
         stats_settle(&t->heaps[i]->stats);
         heap_unlock(t->heaps[i]);
     }
@@ -840,7 +840,7 @@ static void capture_ended(tide_allocator *t)
         return;
     for (uint32_t i = 0; i < atomic_load(&t->nheaps); i++) {
         struct heap *h = t->heaps[i];
-        heap_lock(h);
+        heap_lock_and_settle(h);
         if (lifecycle_end_capture(h))
             stats_settle(&h->stats);
         heap_unlock(h);

@@ -78,7 +78,7 @@ static tide_status release_oldest(tide_allocator *t, size_t want,
             struct heap *h = t->heaps[i];
             if (h->keeps_memory)
                 continue; /* a private pool in use */
-            heap_lock(h);
+            heap_lock_and_settle(h);
             if (h->idle_head && h->idle_head->idle_since <= oldest_tick) {
                 oldest = h;
                 oldest_tick = h->idle_head->idle_since;
@@ -88,7 +88,7 @@ static tide_status release_oldest(tide_allocator *t, size_t want,
         if (!oldest)
             break;
         struct segment *list = NULL;
-        heap_lock(oldest);
+        heap_lock_and_settle(oldest);
         size_t got = heap_detach_idle(oldest, oldest_tick, 1, &list);
         heap_unlock(oldest);
         if (!got)
@@ -131,7 +131,7 @@ static void release_for_high_water(tide_allocator *t, size_t want)
             struct heap *h = t->heaps[i];
             if (h->keeps_memory)
                 continue;
-            heap_lock(h);
+            heap_lock_and_settle(h);
             for (struct segment *seg = h->idle_head; seg; seg = seg->idle_next) {
                 if (seg->pool == POOL_SMALL)
                     continue;
@@ -158,7 +158,7 @@ static void release_for_high_water(tide_allocator *t, size_t want)
          * but its heap's thread may have taken a block from it meanwhile: then look again. */
         struct segment *list = NULL;
         size_t got = 0;
-        heap_lock(owner);
+        heap_lock_and_settle(owner);
         if (best->idle && atomic_load_explicit(&best->heap, memory_order_relaxed) == owner)
             got = heap_detach_idle_segment(owner, best, &list);
         heap_unlock(owner);
@@ -176,7 +176,7 @@ static tide_status release_all_idle(tide_allocator *t, tide_release_report *r)
         struct segment *list = NULL;
         if (h->keeps_memory)
             continue;
-        heap_lock(h);
+        heap_lock_and_settle(h);
         heap_detach_idle(h, UINT64_MAX, SIZE_MAX, &list);
         heap_unlock(h);
         tide_status s = release_segments(t, h, list, r);
@@ -215,7 +215,7 @@ static tide_status release_all_cached(tide_allocator *t, tide_release_report *r)
 /* ---- the peaks a call left to check ---------------------------------------------------------------- */
 
 /* The end of every call under the pressure lock: the peaks its changes left to check (stats_settle),
- * in every heap, then the lock let go. With heap_lock_fast: a parked block is counted FREE already,
+ * in every heap, then the lock let go. With heap_lock alone: a parked block is counted FREE already,
  * and settling it here would change what the next tide_malloc on that stream finds. Out of line:
  * pressure_malloc is inlined into tide_malloc, and a call more there changed the fast path's code (6
  * instructions more on the same size pattern under callgrind). */
@@ -223,7 +223,7 @@ __attribute__((noinline)) static void settle_and_unlock(tide_allocator *t)
 {
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
-        heap_lock_fast(h);
+        heap_lock(h);
         stats_settle(&h->stats);
         heap_unlock(h);
     }
@@ -237,7 +237,7 @@ static size_t poll_all(tide_allocator *t)
     size_t drained = 0;
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
-        heap_lock(h);
+        heap_lock_and_settle(h);
         drained += lifecycle_poll(h);
         heap_unlock(h);
     }
@@ -263,7 +263,7 @@ size_t drain_after_synchronize(tide_allocator *t, uint64_t seq, tide_status sync
     size_t n = 0;
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
-        heap_lock(h);
+        heap_lock_and_settle(h);
         n += lifecycle_after_sync(h, seq);
         n += lifecycle_poll(h);
         heap_unlock(h);
@@ -280,7 +280,7 @@ static const struct fit_rules any_fit = {.lifted = true};
 static struct block *retry_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
                                const struct fit_rules *rules, tide_status *status)
 {
-    heap_lock(h);
+    heap_lock_and_settle(h);
     struct block *b = heap_take_fit_by(h, pool, rounded, requested, rules, status);
     heap_unlock(h);
     return b;
@@ -296,7 +296,7 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
     int nsizes = sizes[1] < sizes[0] ? 2 : 1;
     /* The new segment's block struct, got before the device reserves anything: a segment the heap
      * could not take in would stay reserved and counted, in no heap. */
-    heap_lock(h);
+    heap_lock_and_settle(h);
     struct block *first = block_new(h);
     heap_unlock(h);
     if (!first)
@@ -329,7 +329,7 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
         if (s != TIDE_OK)
             break;
         seg->serves_from = pool == POOL_LARGE ? fit_serves_from(&t->fit, rounded) : 0;
-        heap_lock(h);
+        heap_lock_and_settle(h);
         heap_adopt_free(h, seg, first);
         struct block *b = heap_take_block(h, first, rounded, requested, &s);
         heap_unlock(h);
@@ -338,7 +338,7 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
         *out = b;
         return TIDE_OK;
     }
-    heap_lock(h);
+    heap_lock_and_settle(h);
     block_recycle(h, first);
     heap_unlock(h);
     return s;
@@ -457,7 +457,7 @@ static void fill_report(tide_allocator *t, tide_release_report *r)
     uint64_t pending_blocks = 0, pending_bytes = 0;
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
-        heap_lock(h);
+        heap_lock_and_settle(h);
         pending_blocks += (uint64_t)h->stats.pool[TIDE_POOL_ALL].pending_blocks.cur;
         pending_bytes += (uint64_t)h->stats.pool[TIDE_POOL_ALL].pending.cur;
         heap_unlock(h);
@@ -516,7 +516,7 @@ tide_status pressure_empty_pool(tide_allocator *t, tide_pool_id pool, tide_relea
         if (h->pool_id != pool || h->sleeping) /* a sleeping pool's pages are gone already */
             continue;
         struct segment *list = NULL;
-        heap_lock(h);
+        heap_lock_and_settle(h);
         heap_detach_idle(h, UINT64_MAX, SIZE_MAX, &list);
         heap_unlock(h);
         tide_status s2 = release_segments(t, h, list, &r);

@@ -46,7 +46,7 @@ void segment_struct_recycle(tide_allocator *t, struct segment *seg)
 
 void segment_released(tide_allocator *t, struct heap *h, struct segment *seg)
 {
-    heap_lock(h);
+    heap_lock_and_settle(h);
     heap_released(h, seg);
     heap_unlock(h);
     segment_struct_recycle(t, seg);
@@ -57,7 +57,7 @@ void segment_reattach(tide_allocator *t, struct heap *h, struct segment *seg)
     /* Its heap first, so that a reader of the segment map never finds it without one. */
     atomic_store_explicit(&seg->heap, h, memory_order_release);
     segment_map_enter(&t->segmap, seg, seg->base + seg->size); /* its tables are there still */
-    heap_lock(h);
+    heap_lock_and_settle(h);
     heap_reattach_idle(h, seg);
     heap_unlock(h);
 }
@@ -119,7 +119,7 @@ struct where where_is_memory(tide_allocator *t)
     struct where w = {0, 0, 0, 0};
     for (uint32_t i = 0; i < atomic_load(&t->nheaps); i++) {
         struct heap *h = t->heaps[i];
-        heap_lock(h);
+        heap_lock_and_settle(h);
         const struct pool_stats *p = &h->stats.pool[TIDE_POOL_ALL];
         w.allocated += p->allocated.cur;
         w.pending += p->pending.cur;

@@ -137,7 +137,7 @@ static tide_status copy_out(tide_allocator *t, struct heap *h, struct segment *r
 {
     const tide_backend *be = &t->backend;
     bool none = false;
-    heap_lock(h);
+    heap_lock_and_settle(h);
     struct sleep_copy *c = copy_plan(run, &none);
     heap_unlock(h);
     *out = NULL;
@@ -200,7 +200,7 @@ static tide_status unmap_counted(tide_allocator *t, struct heap *h, struct segme
     }
     t->reserved -= hi - lo;
     t->num_device_free++;
-    heap_lock(h);
+    heap_lock_and_settle(h);
     count_asleep(h, run, (int64_t)(hi - lo));
     heap_unlock(h);
     HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, lo, hi - lo);
@@ -216,7 +216,7 @@ static tide_status sleep_run(tide_allocator *t, struct heap *h, struct segment *
             if (s != TIDE_OK)
                 return s;
         }
-        heap_lock(h);
+        heap_lock_and_settle(h);
         run->asleep = true;
         run->copy = c;
         if (c)
@@ -247,13 +247,13 @@ static tide_status refuse_capture(tide_allocator *t, const char *verb)
 
 /* The end of a call under the pressure lock that drained or released (as pressure.c's entry points
  * end): the cache's peaks that the drain left to check (stats_settle), in every heap, then the lock
- * let go. heap_lock_fast: a parked block is counted FREE already, and settling it would change what
+ * let go. heap_lock alone: a parked block is counted FREE already, and settling it would change what
  * the next tide_malloc on its stream finds. */
 static void settle_and_unlock(tide_allocator *t)
 {
     for (uint32_t i = 0; i < atomic_load(&t->nheaps); i++) {
         struct heap *h = t->heaps[i];
-        heap_lock_fast(h);
+        heap_lock(h);
         stats_settle(&h->stats);
         heap_unlock(h);
     }
@@ -303,7 +303,7 @@ tide_status tide_pool_sleep(tide_allocator *t, tide_pool_id pool, unsigned flags
         return synced != TIDE_OK ? synced : refuse_capture(t, "tide_pool_sleep");
     }
     for (uint32_t i = 0; i < n; i++) {
-        heap_lock(heaps[i]);
+        heap_lock_and_settle(heaps[i]);
         heaps[i]->sleeping = true;
         heaps[i]->keeps_memory = true; /* no release path touches it until it wakes */
         heap_unlock(heaps[i]);
@@ -328,7 +328,7 @@ static tide_status restamp_guards(tide_allocator *t, struct heap *h, struct segm
 {
     const tide_backend *be = &t->backend;
     size_t n = 0, k = 0;
-    heap_lock(h);
+    heap_lock_and_settle(h);
     for (struct block *b = run->first; b; b = b->next)
         n += b->state == BLOCK_ACTIVE;
     struct guarded {
@@ -384,7 +384,7 @@ static tide_status map_counted(tide_allocator *t, struct wake *w, struct heap *h
         return s;
     w->v[w->n++] = (struct mapped_stretch){h, run, lo, hi};
     note_reserved(t, hi - lo);
-    heap_lock(h);
+    heap_lock_and_settle(h);
     count_asleep(h, run, -(int64_t)(hi - lo));
     heap_unlock(h);
     HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, h->stream, lo, hi - lo);
@@ -490,7 +490,7 @@ tide_status tide_pool_wake(tide_allocator *t, tide_pool_id pool)
             if (!run->copy && t->guard && (s = restamp_guards(t, heaps[i], run)) != TIDE_OK)
                 break;
             struct sleep_copy *c = run->copy;
-            heap_lock(heaps[i]);
+            heap_lock_and_settle(heaps[i]);
             if (c)
                 count_offloaded(heaps[i], run, -(int64_t)c->bytes);
             run->asleep = false;

@@ -58,7 +58,7 @@
 enum pool_kind { POOL_SMALL = 0, POOL_LARGE = 1, POOL_KINDS = 2 };
 /* PARKED: freed with nothing holding it, and not yet merged into the cache (heap_park): counted as
  * FREE by the statistics, still in the pointer map, and seen by no code but heap_park,
- * heap_reuse_parked and heap_settle (every other path settles it first: heap_lock). */
+ * heap_reuse_parked and heap_settle (every other path settles it first: heap_lock_and_settle). */
 enum block_state { BLOCK_FREE = 0, BLOCK_ACTIVE = 1, BLOCK_PENDING = 2, BLOCK_PARKED = 3 };
 /* What else holds a PENDING block (struct block's needs_sync). */
 enum { BLOCK_OWES_SYNC = 1, BLOCK_FENCES_DEFERRED = 2 };

@@ -237,7 +237,7 @@ static void test_every_call_refused_with_every_lock_held(void)
     pthread_mutex_lock(&t->history_lock);
     pthread_mutex_lock(&t->history_write_lock);
     for (uint32_t i = 0; i < nheaps; i++)
-        heap_lock(t->heaps[i]);
+        heap_lock_and_settle(t->heaps[i]);
     in_child("every call, every lock held", every_call_refused, NULL);
     for (uint32_t i = nheaps; i-- > 0;)
         heap_unlock(t->heaps[i]);
