@@ -11,7 +11,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
-from tidepool._lib import TidepoolError  # noqa: E402
+from tidepool._lib import ArgumentError, NamedPools, TidepoolError, pool_malloc  # noqa: E402
 from tidepool.sim import SimulatedDevice  # noqa: E402
 
 MIB = 1 << 20
@@ -77,5 +77,45 @@ def main():
         sys.exit(1)
 
 
+def test_named_pools():
+    """The pools by name that tidepool.cupy and tidepool.cuda_core sleep and wake (_lib.NamedPools), here
+    over a simulated device's allocator."""
+    with SimulatedDevice(total_bytes=1 << 30) as dev:
+        t = dev._t
+        named = NamedPools("tidepool.test")
+        weights = named.get(t, "weights")
+        check(named.get(t, "weights") == weights and named.get(t, "kv") != weights,
+              "a name gives the same pool each time, another name another pool")
+        p = pool_malloc(t, 6 * MIB, 0, weights)
+        ctypes.memset(p, 0x5A, 4096)
+        q = pool_malloc(t, 20 * MIB, 0, named.get(t, "kv"))
+        held = dev.counters()["held_bytes"]
+        named.sleep(t, offload=["weights"], discard=["kv"])
+        check(dev.counters()["held_bytes"] <= held - 26 * MIB and named.sleeping(t, "weights")
+              and named.sleeping(t, "kv"), "sleep by name gives both pools' pages back")
+        try:
+            pool_malloc(t, 4096, 0, weights)
+            check(False, "a sleeping named pool refuses an allocation")
+        except TidepoolError as e:
+            check("asleep" in str(e), "a sleeping named pool refuses an allocation: %s" % str(e)[:80])
+        for bad, kind in ((lambda: named.sleep(t, offload=["nope"]), ArgumentError),
+                          (lambda: named.sleep(t, offload="weights"), TypeError),
+                          (lambda: named.get(t, ""), ArgumentError)):
+            try:
+                bad()
+                check(False, "a bad name is refused with %s" % kind.__name__)
+            except kind as e:
+                check(True, "a bad name is refused with %s: %s" % (kind.__name__, str(e)[:70]))
+        check(named.sleeping(t, "weights"), "a refused call changed nothing")
+        named.wake(t)  # every sleeping pool of this allocator
+        check(not named.sleeping(t, "weights") and not named.sleeping(t, "kv")
+              and ctypes.string_at(p, 4096) == b"\x5a" * 4096,
+              "wake with no names wakes every sleeping pool; offloaded contents are back")
+        dev.free(p)
+        dev.free(q)
+        dev.check()
+
+
 if __name__ == "__main__":
+    test_named_pools()
     main()

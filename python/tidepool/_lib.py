@@ -328,6 +328,80 @@ def pool_sleeping(allocator, pool):
     return bool(out.value)
 
 
+def pool_malloc(allocator, size, stream, pool, device="CUDA"):
+    """A block of size bytes from a private pool's own memory, ordered on stream."""
+    size, stream = size_arg(size, "malloc: size"), stream_arg(stream, "malloc: stream")
+    L = lib()
+    out = ctypes.c_void_p()
+    status = L.tide_malloc_pool(allocator, size, stream, pool, ctypes.byref(out))
+    if status == TIDE_ENOMEM:
+        raise OutOfMemory(size, L.tide_last_error().decode(errors="replace"), device)
+    check(status, "tide_malloc_pool of %d bytes" % size)
+    return out.value
+
+
+class NamedPools:
+    """Sleepable private pools by name ("weights", "kv_cache"), per allocator: what tidepool.cupy and
+    tidepool.cuda_core put to sleep and wake by name. A pool is made, and made sleepable before it holds
+    any memory, the first time its name is asked for; names are never forgotten (a pool outlives the
+    arrays in it)."""
+
+    def __init__(self, adaptor):
+        self._adaptor = adaptor  # for messages: "tidepool.cupy"
+        self._pools = {}  # (allocator address, name) -> pool id
+        self._lock = threading.Lock()
+
+    def get(self, allocator, name):
+        name = text_arg(name, "%s.pool: name" % self._adaptor)
+        if not name:
+            raise ArgumentError("%s.pool: the name is empty" % self._adaptor)
+        key = (allocator.value, name)
+        L = lib()
+        with self._lock:
+            if key not in self._pools:
+                pool = ctypes.c_uint64()
+                check(L.tide_pool_create(allocator, ctypes.byref(pool)), "%s.pool(%r)" % (self._adaptor, name))
+                check(L.tide_pool_make_sleepable(allocator, pool.value), "%s.pool(%r)" % (self._adaptor, name))
+                self._pools[key] = pool.value
+            return self._pools[key]
+
+    def named(self, allocator, names, verb):
+        """[(name, pool)] of names made on this allocator; a name never made is an error."""
+        if isinstance(names, (str, bytes)):
+            raise TypeError("%s.%s: give a sequence of pool names, not one string" % (self._adaptor, verb))
+        out = []
+        with self._lock:
+            for name in names:
+                key = (allocator.value, name)
+                if key not in self._pools:
+                    raise ArgumentError("%s.%s: no pool named %r on this device (pools are made by %s.pool)"
+                                        % (self._adaptor, verb, name, self._adaptor))
+                out.append((name, self._pools[key]))
+        return out
+
+    def sleep(self, allocator, offload=(), discard=()):
+        """The pools in offload keep their contents in host memory; those in discard lose theirs."""
+        plan = [(pool, True) for _, pool in self.named(allocator, offload, "sleep")]
+        plan += [(pool, False) for _, pool in self.named(allocator, discard, "sleep")]
+        for pool, keep in plan:
+            pool_sleep(allocator, pool, keep)
+
+    def wake(self, allocator, names=None, device="CUDA"):
+        """Wakes the named pools, or every sleeping one of this allocator (names None)."""
+        if names is None:
+            with self._lock:
+                pools = [pool for (address, _), pool in self._pools.items() if address == allocator.value]
+            pools = [pool for pool in pools if pool_sleeping(allocator, pool)]
+        else:
+            pools = [pool for _, pool in self.named(allocator, names, "wake_up")]
+        for pool in pools:
+            pool_wake(allocator, pool, device)
+
+    def sleeping(self, allocator, name):
+        (_, pool), = self.named(allocator, [name], "is_sleeping")
+        return pool_sleeping(allocator, pool)
+
+
 class OutOfMemory(MemoryError):
     """The device has no room for the allocation (tidepool's message says what it holds). device names
     the device as the message begins: "CUDA" for a GPU, "simulated device" for tidepool.sim, which is no

@@ -6,6 +6,11 @@
     ...
     tidepool.cupy.empty_cache()      # synchronize, drain, give every free segment back
 
+Sleep and wake (as tidepool.torch's): arrays made inside `with tidepool.cupy.pool("weights"):` come from a
+named sleepable pool; `tidepool.cupy.sleep(offload=("weights",), discard=("kv_cache",))` gives those
+pools' device memory back while the arrays keep their addresses, and `tidepool.cupy.wake_up()` maps it
+again, the offloaded contents copied back. Allocating in a sleeping pool raises; freeing is allowed.
+
 Streams: a block is allocated on CuPy's current stream at the time (cupy.cuda.get_current_stream()),
 and tidepool reuses it in that stream's order. When it is freed while another stream is current, a
 fence is recorded on that stream too, so the block is not handed out again before the work queued
@@ -13,6 +18,7 @@ there is done. Work on a third stream, neither current at allocation nor at free
 order (record_stream, as in PyTorch, or a synchronize).
 """
 
+import contextlib
 import threading
 
 import cupy
@@ -21,6 +27,8 @@ from . import _lib
 
 _lock = threading.Lock()
 _devices = None
+_named = _lib.NamedPools("tidepool.cupy")
+_routing = threading.local()  # .pool: (device, pool id) while inside pool(name)
 
 
 def _stream_of(device_id):
@@ -38,6 +46,10 @@ def enable(config=None):
 
         def malloc(size, device_id):
             try:
+                routed = getattr(_routing, "pool", None)
+                if routed is not None and routed[0] == device_id:
+                    return _lib.pool_malloc(_lib.device_allocator(devices, device_id), size,
+                                            _stream_of(device_id), routed[1])
                 return _lib.devices_malloc(devices, device_id, size, _stream_of(device_id))
             except _lib.OutOfMemory as e:
                 error = cupy.cuda.memory.OutOfMemoryError(size, -1)
@@ -75,3 +87,46 @@ def memory_stats(device=None):
     """tidepool's statistics for one device, under PyTorch's key names."""
     index = cupy.cuda.Device().id if device is None else device  # device_allocator checks it
     return _lib.stats_json(_lib.device_allocator(_handle(), index))
+
+
+# ---- sleep and wake --------------------------------------------------------------------------------------
+
+def _current_allocator():
+    device = cupy.cuda.Device().id
+    return device, _lib.device_allocator(_handle(), device)
+
+
+@contextlib.contextmanager
+def pool(name):
+    """Arrays made on the current device inside this block (this thread) come from the named sleepable
+    pool, made on first use."""
+    device, allocator = _current_allocator()
+    routed = (device, _named.get(allocator, name))
+    before = getattr(_routing, "pool", None)
+    _routing.pool = routed
+    try:
+        yield
+    finally:
+        _routing.pool = before
+
+
+def sleep(offload=(), discard=()):
+    """Gives the named pools' device memory back (current device); their arrays keep their addresses.
+    Waits for the device first. offload: contents kept in pinned host memory; discard: contents lost."""
+    _named.sleep(_current_allocator()[1], offload, discard)
+
+
+def wake_up(tags=None):
+    """Maps the sleeping pools' memory again at the same addresses (every sleeping named pool of the
+    current device, or those in tags) and copies offloaded contents back. Raises
+    cupy.cuda.memory.OutOfMemoryError when the device has too little room (the pool stays asleep)."""
+    try:
+        _named.wake(_current_allocator()[1], tags)
+    except _lib.OutOfMemory as e:
+        error = cupy.cuda.memory.OutOfMemoryError(0, -1)
+        error.args = (str(e),)
+        raise error from None
+
+
+def is_sleeping(name):
+    return _named.sleeping(_current_allocator()[1], name)

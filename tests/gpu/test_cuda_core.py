@@ -94,6 +94,31 @@ def main():
     s = mr.memory_stats()
     check(s["reserved_bytes.all.current"] == 0, "empty_cache gives every segment back (%d reserved)"
           % s["reserved_bytes.all.current"])
+
+    # Sleep and wake: a resource of a named pool.
+    weights = tidepool.cuda_core.TidepoolMemoryResource(dev.device_id, pool="weights")
+    buf = weights.allocate(256 << 20, stream=home)
+    data = late_write.view(int(buf.handle), buf.size, buf)
+    with cupy_stream(home):
+        data[:] = 3
+    home.sync()
+    free_before = cupy.cuda.runtime.memGetInfo()[0]
+    weights.sleep(offload=True)
+    freed = cupy.cuda.runtime.memGetInfo()[0] - free_before
+    check(weights.is_sleeping and freed >= 0.99 * (256 << 20),
+          "sleep(offload=True) gave the pool's memory back (%d MiB)" % (freed >> 20))
+    weights.wake_up()
+    with cupy_stream(home):
+        back = bool((data == 3).all())
+    check(not weights.is_sleeping and back,
+          "wake_up: the buffer's contents are back at the same address")
+    del data
+    buf.close(home)
+    try:
+        mr.sleep()
+        check(False, "sleep on a resource without a pool is refused")
+    except RuntimeError as e:
+        check("pool=NAME" in str(e), "sleep on a resource without a pool is refused: %s" % str(e)[:80])
     return finish()
 
 

@@ -76,6 +76,35 @@ def cross_stream():
     check(tc.memory_stats()["num_pending_drained"] > drained, "the free waited as a pending free, then drained")
 
 
+def sleep_and_wake():
+    """Arrays in named pools: sleep gives their memory back (offloaded contents kept, discarded lost),
+    wake_up maps it again at the same addresses, and the offloaded data is back."""
+    with tc.pool("weights"):
+        w = cupy.arange(64 << 20, dtype=cupy.float32)  # 256 MiB
+    with tc.pool("kv_cache"):
+        kv = cupy.zeros(64 << 20, dtype=cupy.float32)
+    reference = w.copy()  # in the default pool, which stays awake
+    address = w.data.ptr
+    cupy.cuda.Device().synchronize()
+    before = used()
+    tc.sleep(offload=("weights",), discard=("kv_cache",))
+    fell = before - used()
+    check(fell >= 0.99 * (512 << 20) and tc.is_sleeping("weights") and tc.is_sleeping("kv_cache"),
+          "sleep gave the pools' memory back: the device's used memory fell by %d MiB" % (fell >> 20))
+    try:
+        with tc.pool("weights"):
+            cupy.empty(1024, dtype=cupy.uint8)
+        check(False, "allocating in a sleeping pool raises")
+    except Exception as e:  # noqa: BLE001 - CuPy passes tidepool's error on
+        check("asleep" in str(e), "allocating in a sleeping pool raises: %s" % str(e)[:100])
+    tc.wake_up()
+    check(not tc.is_sleeping("weights") and w.data.ptr == address and bool((w == reference).all()),
+          "wake_up: the weights are back at the same address with their contents")
+    kv.fill(1)
+    check(bool((kv == 1).all()), "the discarded pool is usable again after the wake")
+    del w, kv, reference
+
+
 def main():
     tc.enable()
     workload()
@@ -96,6 +125,7 @@ def main():
           % (floor >> 20, during >> 20, after >> 20))
     check(result == result, "the workload computed a number")
     cross_stream()
+    sleep_and_wake()
     free, _ = cupy.cuda.runtime.memGetInfo()
     try:
         cupy.empty(free + (8 << 30), dtype=cupy.uint8)
