@@ -4,6 +4,9 @@
  * pressure.c, the block lifecycle in lifecycle.c.
  */
 #include "internal.h"
+#include "hot_path.h"
+#include "stats_events.h"
+#include "history_events.h"
 
 #include <inttypes.h>
 #include <stddef.h>
@@ -635,7 +638,7 @@ static inline tide_status free_found(tide_allocator *t, void *ptr, struct heap *
 
 /* tide_free of a block that is not in this thread's last heap. Out of line, so that the addresses it
  * takes of its locals (locate's results) leave tide_free itself without a stack canary (see
- * TIDE_NO_CANARY in internal.h). */
+ * TIDE_NO_CANARY in types.h). */
 static inline tide_status free_at(tide_allocator *t, void *ptr, const void *site)
 {
     struct heap *h;

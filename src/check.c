@@ -3,6 +3,7 @@
  * counts every problem and reports the first, so a broken structure is described where it broke.
  */
 #include "internal.h"
+#include "stats_events.h"
 
 #include <string.h>
 

@@ -3,6 +3,7 @@
  * since they pass a device index with every call.
  */
 #include "internal.h"
+#include "hot_path.h"
 #include "tidepool_cuda.h"
 
 #include <stdlib.h>

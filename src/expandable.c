@@ -34,6 +34,8 @@
  * lock-free readers throughout (they confirm under the heap's lock, and look again on a miss).
  */
 #include "internal.h"
+#include "hot_path.h"
+#include "history_events.h"
 
 #include <stdlib.h>
 #include <string.h>

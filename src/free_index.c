@@ -29,7 +29,7 @@ static void class_of(size_t size, unsigned *fl, unsigned *sl)
     unsigned f = msb64(u | (FI_SL_COUNT >> 1));
     unsigned shift = msb64(u | FI_SL_COUNT) - FI_SL_BITS;
     *fl = f - (FI_SL_BITS - 1);
-    *sl = (unsigned)(u >> shift) & (FI_SL_COUNT - 1); /* *fl < FI_FL_COUNT for any size: internal.h */
+    *sl = (unsigned)(u >> shift) & (FI_SL_COUNT - 1); /* *fl < FI_FL_COUNT for any size: types.h */
 }
 
 void free_index_init(struct free_index *fi, struct block *end)

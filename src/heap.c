@@ -4,6 +4,8 @@
  * garbage collector, and keeps the pool statistics. Everything here runs under the heap's lock.
  */
 #include "internal.h"
+#include "hot_path.h"
+#include "stats_events.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -198,7 +200,7 @@ static bool worth_splitting(const struct segment *seg, size_t size, size_t round
 /* n->prev = prev, unless n is NULL (the end of the segment). Whether a block is its segment's last is a
  * coin toss on the random paths, so the store goes to a scratch word instead of being branched around.
  * The word is the heap's, not a local, whose address would give most of the hot path a stack canary
- * (see TIDE_NO_CANARY in internal.h). */
+ * (see TIDE_NO_CANARY in types.h). */
 static inline void link_prev(struct heap *h, struct block *n, struct block *prev)
 {
     *(n ? &n->prev : &h->link_scratch) = prev;

@@ -27,6 +27,8 @@
  */
 #define _GNU_SOURCE /* dladdr, to name code addresses */
 #include "internal.h"
+#include "hot_path.h"
+#include "history_events.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>

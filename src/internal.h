@@ -1,7 +1,9 @@
 /*
- * tidepool's internal header: each file's functions, grouped under the file that owns them, from the
- * lowest layer up. The data structures are in types.h, the sizes in tune.h; docs/design.md explains
- * the layers and their locks.
+ * tidepool's internal header: the functions each file of the library offers the others, as prototypes
+ * grouped under the file that defines them (the test internal_header_by_owner keeps them there), from
+ * the lowest layer up. The data structures are in types.h, the sizes in tune.h, the inline code that
+ * the hot path shares in hot_path.h, stats_events.h and history_events.h; docs/design.md explains the
+ * layers and their locks.
  */
 #ifndef TIDE_INTERNAL_H
 #define TIDE_INTERNAL_H
@@ -17,12 +19,7 @@ uint64_t now_ns(void);
 uint64_t idle_clock(void);
 /* "512 B", "1.5 MiB", "2.0 GiB". */
 const char *format_bytes(uint64_t bytes, char buf[32]);
-/* A growable text for JSON and reports. On host-memory failure it stops growing and says so. */
-struct text {
-    char *p;
-    size_t len, cap;
-    bool failed;
-};
+/* Into a growable text (struct text, types.h), which on host-memory failure stops growing and says so. */
 void text_printf(struct text *x, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -31,13 +28,11 @@ void text_printf(struct text *x, const char *fmt, ...)
 void text_json_string(struct text *x, const char *s); /* a quoted, escaped JSON string, or null */
 /* Hands the text to the caller (*out), or fails with TIDE_EHOSTMEM. */
 tide_status text_finish(struct text *x, char **out, const char *what);
-static inline size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 /* Forks between the process that loaded the library and this one: 0 there, one more in each child (a
  * pthread_atfork handler counts them). An object whose count at its making differs was copied into
  * this process by a fork: its locks may be held by threads that do not exist here, and its device
  * memory is its maker's (tidepool.h, FORK). */
 extern _Atomic(uint32_t) process_forks;
-static inline uint32_t forks_now(void) { return atomic_load_explicit(&process_forks, memory_order_relaxed); }
 
 /* ---- error.c ------------------------------------------------------------------------------------- */
 tide_status tide__fail(tide_status status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -63,7 +58,7 @@ size_t fit_serves_from(const struct fit_rules *r, size_t made_for);
 bool free_index_contains(const struct free_index *fi, const struct block *b);
 /* For tide_check: the blocks on the index's lists (counting stops past limit, so a list made circular
  * by corruption still ends), and whether each class's bits say truly whether its list holds any. Not
- * kept as a running count: that was two instructions per insert and removal on the fast path. */
+ * kept as a running count, which would cost every insert and removal on the fast path. */
 size_t free_index_count(const struct free_index *fi, size_t limit, bool *bitmaps_agree);
 /* Whether free_index_find(fi, size, rules) would return a block of merged_size bytes in merged_seg, were
  * it filed now (at the front of its class) and `absorbed` (a filed block, or NULL) removed: the index a
@@ -122,193 +117,24 @@ bool parse_size(const char *text, size_t len, uint64_t *out, char *why, size_t w
 int cuda_peers_of(int device, int *peers, int cap);
 
 /* ---- stats.c ------------------------------------------------------------------------------------- */
-/* Bytes of ACTIVE and PENDING blocks; of FREE blocks (the cache); of FREE blocks outside wholly free
- * segments (the split cache, which releasing segments cannot give back). */
-static inline int64_t pool_active(const struct pool_stats *p) { return p->allocated.cur + p->pending.cur; }
-static inline int64_t pool_cached(const struct pool_stats *p)
-{
-    return p->reserved.cur - p->allocated.cur - p->pending.cur;
-}
-static inline int64_t pool_inactive_split(const struct pool_stats *p) { return pool_cached(p) - p->idle; }
-/* The events (below). Sizes are the block's; idle_segment is the size of the wholly free segment the
- * block came from (take) or that became wholly free once it was merged (to_free), else 0. They are
- * inline: they run on every tide_malloc and tide_free. */
 void heap_stats_reset_peaks(struct heap_stats *s);
 /* Under allocator_lock_all. */
 void stats_collect_locked(tide_allocator *t, tide_stats *out);
 /* snprintf-style: the length the whole text needs. */
 size_t stats_to_json(const tide_stats *s, char *buf, size_t cap);
-static inline int public_pool(enum pool_kind pool) { return pool == POOL_SMALL ? TIDE_POOL_SMALL : TIDE_POOL_LARGE; }
-
-/* A new peak is rare: hinted so, GCC moves its store out of line, where without the hint it laid it out
- * as a jump over the store taken at nearly every event (twelve a pair on the random patterns). Taken
- * jumps on the hot path cost time on the H200 machine's host; a
- * conditional move instead stored every peak every time, and was slower. */
-static inline void rise(struct counter *c, int64_t d)
-{
-    c->cur += d;
-    if (TIDE_UNLIKELY(c->cur > c->peak))
-        c->peak = c->cur;
-}
-
-static inline void fall(struct counter *c, int64_t d) { c->cur -= d; }
-
-static inline void peak_at_least(int64_t *peak, int64_t value)
-{
-    if (TIDE_UNLIKELY(value > *peak))
-        *peak = value;
-}
-
-/* body for the event's pool, then for all pools. The empty asm makes the event's pool_stats pointer
- * opaque to the compiler, so that it is computed once and kept: GCC otherwise recomputes it from the
- * pool index before every counter (three instructions each, about 26 per alloc+free pair under
- * callgrind). A branch on the pool instead of the index saves as
- * much but mispredicts where pools alternate at random. */
-#define BOTH(s, pool, p, body)                                                                     \
-    do {                                                                                           \
-        struct pool_stats *p = &(s)->pool[public_pool(pool)];                                      \
-        __asm__("" : "+r"(p));                                                                     \
-        body;                                                                                      \
-        p = &(s)->pool[TIDE_POOL_ALL];                                                             \
-        body;                                                                                      \
-    } while (0)
-
-/* FREE bytes were added to the cache by a free (a drained block's peaks wait for stats_settle), in a
- * segment that is now wholly free (idle_segment bytes) or not (0). The split cache rises, unless the
- * segment became wholly free: then its FREE bytes become releasable cache, and the split cache falls.
- * The test is made once for both pools. */
-static inline void cache_gained(struct heap_stats *s, enum pool_kind pool, int64_t idle_segment)
-{
-    if (TIDE_UNLIKELY(idle_segment != 0)) {
-        BOTH(s, pool, p, {
-            peak_at_least(&p->cached_peak, pool_cached(p));
-            p->idle += idle_segment;
-        });
-    } else {
-        BOTH(s, pool, p, {
-            peak_at_least(&p->cached_peak, pool_cached(p));
-            peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
-        });
-    }
-}
-
-static inline void stats_take(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t requested,
-                int64_t idle_segment)
-{
-    BOTH(s, pool, p, {
-        rise(&p->allocated, size);
-        rise(&p->requested, requested);
-        rise(&p->allocation, 1);
-        peak_at_least(&p->active_peak, pool_active(p));
-    });
-    if (TIDE_UNLIKELY(idle_segment != 0)) { /* a wholly free segment is split: what stays FREE is split cache now */
-        BOTH(s, pool, p, {
-            p->idle -= idle_segment;
-            peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
-        });
-    }
-}
-
-static inline void stats_active_to_free(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t requested,
-                          int64_t idle_segment)
-{
-    BOTH(s, pool, p, {
-        fall(&p->allocated, size);
-        fall(&p->requested, requested);
-        fall(&p->allocation, 1);
-    });
-    cache_gained(s, pool, idle_segment);
-}
-
-static inline void stats_active_to_pending(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t requested)
-{
-    BOTH(s, pool, p, {
-        fall(&p->allocated, size);
-        fall(&p->requested, requested);
-        fall(&p->allocation, 1);
-        rise(&p->pending, size);
-        rise(&p->pending_blocks, 1);
-    });
-}
-
-/* The cache's peaks: stats_settle, by the call that drains. */
-static inline void stats_pending_to_free(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t idle_segment)
-{
-    BOTH(s, pool, p, {
-        fall(&p->pending, size);
-        fall(&p->pending_blocks, 1);
-    });
-    if (TIDE_UNLIKELY(idle_segment != 0))
-        BOTH(s, pool, p, p->idle += idle_segment);
-}
-
-static inline void stats_segment_added(struct heap_stats *s, enum pool_kind pool, int64_t size)
-{
-    BOTH(s, pool, p, {
-        rise(&p->reserved, size);
-        p->segment.cur++;
-        p->idle += size;
-    });
-}
-
-/* Some changes raise the cache or the segment count only for a moment inside one call: memory added
- * for a request is wholly cached until the block is taken from it, a new run is a segment of its own
- * until it joins its neighbour, blocks drained at an allocation are cached until the fit takes one,
- * and the emptying of the cache drains blocks to release them. So those changes (stats_segment_added,
- * stats_pending_to_free, and the runs' changes in heap.c) leave the cache's two peaks and the segment
- * count's alone, and every call that makes them checks the peaks here once it is done: the pressure
- * entry points (for every heap), tide_malloc after a drain, tide_release. Each peak then stays a value
- * the statistic had between two calls (test_peaks_are_exact_with_one_stream). */
-static inline void stats_settle(struct heap_stats *s)
-{
-    for (int k = 0; k < TIDE_POOL_COUNT; k++) {
-        struct pool_stats *p = &s->pool[k];
-        peak_at_least(&p->cached_peak, pool_cached(p));
-        peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
-        peak_at_least(&p->segment.peak, p->segment.cur);
-    }
-    s->drained_unsettled = false;
-}
-
-static inline void stats_segment_removed(struct heap_stats *s, enum pool_kind pool, int64_t size)
-{
-    BOTH(s, pool, p, {
-        fall(&p->reserved, size);
-        fall(&p->segment, 1);
-        p->idle -= size;
-    });
-}
 
 /* ---- heap.c: one stream's blocks ---------------------------------------------------------------------- */
 tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, struct heap **out);
 /* Frees the heap's bookkeeping; its segments must have been released. */
 void heap_destroy(struct heap *h);
-/* Size class rules. With expandable segments every request shares one pool (counted as the large
- * pool): a small block pins only the page it lies in, and pages one pool leaves free can serve the
- * other without being unmapped and mapped again (measured on the shipped traces: less memory
- * and far fewer driver calls than two pools). */
-static inline enum pool_kind pool_for_size(const tide_allocator *t, size_t rounded);
 size_t segment_size_for(enum pool_kind pool, size_t rounded);
 /* Under h->lock: find a FREE block for rounded bytes that the rules let serve it, and make it ACTIVE.
- * NULL if none fits. heap_take_fit: by the allocator's own rules. */
+ * NULL if none fits (heap_take_fit, hot_path.h: by the allocator's own rules). */
 struct block *heap_take_fit_by(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
                                const struct fit_rules *rules, tide_status *status);
-static inline struct block *heap_take_fit(struct heap *h, enum pool_kind pool, size_t rounded,
-                                          size_t requested, tide_status *status)
-{
-    return heap_take_fit_by(h, pool, rounded, requested, &h->owner->fit, status);
-}
 /* Under h->lock: seg (freshly reserved, or back after a refused release) joins the heap as one FREE
  * block, b (a struct with no neighbours: from block_new, or the one seg kept while it was away). */
 void heap_adopt_free(struct heap *h, struct segment *seg, struct block *b);
-/* h's free index for pool, as an opaque pointer (see BOTH): computed once, then each of its fields is
- * one fixed offset away, where GCC would otherwise multiply the pool index again for each. */
-static inline struct free_index *heap_free_index(struct heap *h, enum pool_kind pool)
-{
-    struct free_index *fi = &h->free[pool];
-    __asm__("" : "+r"(fi));
-    return fi;
-}
 /* Under h->lock: make a block FREE, merge it with its FREE neighbours, file it. Returns the size of its
  * segment if that became wholly free, else 0 (for the statistics, which the caller keeps). */
 size_t heap_make_free(struct heap *h, struct block *b);
@@ -333,18 +159,6 @@ size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct seg
 size_t heap_detach_idle_segment(struct heap *h, struct segment *seg, struct segment **out);
 /* Under h->lock: merges the parked block into the cache, as tide_free would have at once. */
 void heap_settle(struct heap *h);
-/* Every path but tide_malloc's takes a heap's lock with heap_lock_and_settle, which merges the parked
- * block first: no other code sees one. tide_malloc takes it with heap_lock alone, to reuse the block,
- * and so do the calls that only settle the statistics' peaks (pressure.c's and sleep.c's
- * settle_and_unlock, tide_pool_restore), which leave a parked block parked. */
-static inline void heap_lock(struct heap *h) { spin_lock_acquire(&h->lock); }
-static inline void heap_lock_and_settle(struct heap *h)
-{
-    heap_lock(h);
-    if (h->parked)
-        heap_settle(h);
-}
-static inline void heap_unlock(struct heap *h) { spin_lock_release(&h->lock); }
 /* Under h->lock: put back a segment whose release failed (what is still held of it: seg's base and
  * size), as one FREE block, the struct it kept. */
 void heap_reattach_idle(struct heap *h, struct segment *seg);
@@ -364,9 +178,6 @@ void heap_merge_runs(struct heap *h, struct segment *lo, struct segment *hi);
  * when something is left below it too, and for the carved pages unless they are all of b (each may be
  * b itself). Got first, so that the carve itself cannot fail. Fails, taking nothing, only without host
  * memory for a block. */
-struct carve_blocks {
-    struct block *rest_high, *carved;
-};
 tide_status heap_carve_blocks(struct heap *h, struct block *b, uintptr_t lo, uintptr_t hi,
                               struct carve_blocks *cb);
 /* Takes the pages [lo, hi) out of the FREE block b, which spans them, into `carved` (off every list,
@@ -430,9 +241,6 @@ void segment_reattach(tide_allocator *t, struct heap *h, struct segment *seg);
  * lock. */
 void high_water_restart(tide_allocator *t);
 /* Bytes per state over every heap (takes each heap's lock in turn). */
-struct where {
-    int64_t allocated, pending, cached, idle;
-};
 struct where where_is_memory(tide_allocator *t);
 /* Under the pressure lock, before a growth of `bytes` for a request of `rounded` bytes passes the
  * high-water mark: whether the mark may simply rise (true), or cached memory must go first. It may
@@ -440,18 +248,21 @@ struct where where_is_memory(tide_allocator *t);
  * with the request) at any growth since the mark restarted: 1/32 of it (TIDE_HOLD_SLACK_SHIFT).
  * docs/design.md, Holding memory. */
 bool may_pass_mark(tide_allocator *t, size_t rounded, size_t bytes);
-/* Under the pressure lock, after a backend call that reserved, released, mapped or unmapped device
- * memory, begun at now_ns() == started: its time joins tide_stats.device_call_ns. */
-static inline void note_device_call(tide_allocator *t, uint64_t started)
-{
-    t->device_call_ns += now_ns() - started;
-}
 void note_reserved(tide_allocator *t, size_t bytes);   /* reserved grew: peaks, marks, counters */
 void note_released(tide_allocator *t, size_t bytes, tide_release_report *r);
 
-/* ---- pool.c and sleep.c: sleeping pools --------------------------------------------------------------- */
+/* ---- pool.c: private pools and graph capture ------------------------------------------------------- */
+/* Frees the pool table (tide_destroy; the heaps are the allocator's). */
+void pools_destroy(tide_allocator *t);
+/* Whether the heaps of stream may not query their fences now: a capture on that stream, or one that
+ * named no stream. Call only while t->captures is above 0. */
+bool capture_holds_poll(tide_allocator *t, tide_stream stream);
+/* sleep.c's view of a sleepable pool: its heaps, whether it was asleep, and its mark set (mark > 0),
+ * cleared (< 0) or left (0). */
 tide_status pool_sleep_mark(tide_allocator *t, tide_pool_id id, const char *verb, int mark, struct heap **heaps,
                             uint32_t *nheaps, bool *was_asleep);
+
+/* ---- sleep.c: sleeping pools --------------------------------------------------------------------- */
 /* Gives an asleep run's host copy back (tide_destroy; the statistics are not kept). */
 void sleep_copy_free(tide_allocator *t, struct segment *run);
 /* The bytes of host memory an asleep run's copy holds (0: none). */
@@ -519,11 +330,6 @@ void report_snapshot_locked(tide_allocator *t, struct text *x);
 tide_status report_snapshot_take_locked(tide_allocator *t, tide_snapshot **out);
 /* What is still live, grouped by tag and call site, largest first; report_leak_text writes it in words
  * (tide_leak_report) and frees it. Neither needs the locks for the second step. */
-struct leak_group;
-struct leak_groups {
-    struct leak_group *group;
-    size_t n;
-};
 tide_status report_leaks_locked(tide_allocator *t, struct leak_groups *out);
 tide_status report_leak_text(struct leak_groups *leaks, char **out, uint64_t *live);
 
@@ -531,21 +337,6 @@ tide_status report_leak_text(struct leak_groups *leaks, char **out, uint64_t *li
 /* TIDE_EINVAL for any call on an allocator that a fork copied into this process, saying why (call
  * names the call). It touches nothing of t but its pid: its locks may have been held at the fork. */
 tide_status allocator_refuse_forked(const tide_allocator *t, const char *call);
-static inline bool allocator_forked(const tide_allocator *t) { return TIDE_UNLIKELY(t->forks != forks_now()); }
-/* Every public call's first check: not NULL, and made in this process. tide_malloc and tide_free check
- * only for NULL: the fork check sits on their slow paths, where a child's first call always goes (the
- * fork forgets the thread's cached heap), so that their fast paths pay nothing for it. */
-#define CHECK_ALLOCATOR_NOT_NULL(t)                                                                \
-    do {                                                                                           \
-        if (!(t))                                                                                  \
-            return tide__fail(TIDE_EINVAL, "%s: the allocator is NULL", __func__);                 \
-    } while (0)
-#define CHECK_ALLOCATOR(t)                                                                         \
-    do {                                                                                           \
-        CHECK_ALLOCATOR_NOT_NULL(t);                                                               \
-        if (allocator_forked(t))                                                                   \
-            return allocator_refuse_forked((t), __func__);                                         \
-    } while (0)
 /* tide_malloc, naming the call site the history records (the caller outside tidepool). */
 tide_status allocator_malloc(tide_allocator *t, size_t size, tide_stream stream, void **out, void *site);
 /* tide_malloc from a given heap (a private pool's, pool.c); out is not NULL, size not yet checked. */
@@ -556,117 +347,29 @@ tide_status allocator_write_guards(tide_allocator *t, struct heap *h, struct blo
 /* The heap and block of a user's pointer, the heap locked on TIDE_OK (verb names the caller). */
 tide_status allocator_locate(tide_allocator *t, void *ptr, const char *verb, struct heap **h,
                              struct block **b);
-
-/* ---- pool.c: private pools and graph capture ------------------------------------------------------- */
-/* Frees the pool table (tide_destroy; the heaps are the allocator's). */
-void pools_destroy(tide_allocator *t);
-/* Whether the heaps of stream may not query their fences now: a capture on that stream, or one that
- * named no stream. Call only while t->captures is above 0. */
-bool capture_holds_poll(tide_allocator *t, tide_stream stream);
 /* Locks the pressure lock and every heap, in order (tide_check, tide_destroy, stats). */
 void allocator_lock_all(tide_allocator *t);
 void allocator_unlock_all(tide_allocator *t);
-/* Runs tide_check if the debug level asks for it; aborts on corruption. */
+/* tide_check now (allocator_debug_check, hot_path.h); aborts on corruption. */
 void allocator_debug_check_now(tide_allocator *t, const char *after);
-static inline void allocator_debug_check(tide_allocator *t, int level_needed, const char *after)
-{
-    if (TIDE_UNLIKELY(t->conf.debug >= level_needed))
-        allocator_debug_check_now(t, after);
-}
+/* A new id for t: every thread's cached heap of t is forgotten, so that their tide_malloc and tide_free
+ * take the slow paths, where the stack is taken before the lock (allocator.c). */
+void allocator_forget_cached_heaps(tide_allocator *t);
 
-static inline enum pool_kind pool_for_size(const tide_allocator *t, size_t rounded)
-{
-    if (t->conf.expandable_segments)
-        return POOL_LARGE;
-    return rounded <= TIDE_SMALL_MAX ? POOL_SMALL : POOL_LARGE;
-}
 /* ---- history.c: the event rings, tags, call sites ---------------------------------------------------- */
 struct history;
-/* One event of a heap's stream in its ring: the block's address (a multiple of TIDE_UNIT) with the kind
- * and flags in its low bits, and the size. */
-struct history_entry {
-    uint64_t addr_kind;
-    uint64_t size;
-};
-#define HISTORY_KIND_MASK 0x7u
-#define HISTORY_COMPLETED_AT_ONCE 0x8u /* with FREE_REQUESTED: the free completed in the same call */
-_Static_assert(TIDE_EVENT_KIND_COUNT <= 8 && TIDE_UNIT >= 64, "kind and flags fit below a block's address");
-
 /* Events outside any heap's lock (segments, out of memory, empty_cache, annotations): rare, each
  * numbered and timed on its own in the history's shared ring. One branch when no history is on. */
 void history_record(tide_allocator *t, uint32_t kind, tide_stream stream, uint64_t addr, uint64_t size);
-/* With an observer (tide_observe), it hears the event too: every HISTORY_EVENT is made under the
- * pressure lock, the observer's lock. */
-#define HISTORY_EVENT(t, kind, stream, addr, size)                                                  \
-    do {                                                                                           \
-        if (TIDE_UNLIKELY(atomic_load_explicit(&(t)->history, memory_order_relaxed) != NULL ||     \
-                          atomic_load_explicit(&(t)->observer, memory_order_relaxed) != NULL))     \
-            history_record((t), (kind), (stream), (addr), (size));                                 \
-    } while (0)
-
 /* The observer (tide_observe) of a free that leaves its block PENDING and of a PENDING block that
  * becomes FREE, under the heap's lock: rare paths, never a free completed at once. */
 void history_observe(tide_allocator *t, uint32_t kind, tide_stream stream, uint64_t addr, uint64_t size);
-#define OBSERVE_PENDING(h, kind, b)                                                                  \
-    do {                                                                                           \
-        if (TIDE_UNLIKELY(atomic_load_explicit(&(h)->owner->observer, memory_order_relaxed) != NULL)) \
-            history_observe((h)->owner, (kind), (h)->stream, (b)->addr + (h)->owner->guard, (b)->size); \
-    } while (0)
-
-/* Events of a heap's stream, under the heap's lock: into the heap's own ring, so the common event is two
- * stores and touches nothing another heap writes. h->history_next is NULL while no history is on (one
- * test); below h->history_limit the event takes the fast path; the rest (a new chunk of the ring and
- * its time, the chunk's last event and its time, a tag, a stack) is history_heap_slow.
- * The test for a history carries no "unlikely" hint: with one, GCC moved the recording out of line,
- * two taken jumps away (there and back) at every event; without, it is straight-line code that the
- * path with no history jumps over. On the H200 machine the history's cost on the replays fell from
- * 3.4-5.6% to 3.1-4.4% (medians over the rounds, by trace and ring size), and the path with no
- * history did not slow down. */
+/* The rest of a heap event (history_events.h): a new chunk of the ring, its time, a tag, a stack. */
 void history_heap_slow(struct heap *h, uint32_t kind, uint64_t addr, uint64_t size, const char *tag,
                        const void *site);
-/* The event into the heap's ring at e, its next entry (not NULL: a history is on). */
-static inline void history_heap_put(struct heap *h, struct history_entry *e, uint32_t kind, uint64_t addr,
-                                    uint64_t size, const void *site)
-{
-    if (TIDE_LIKELY(e < h->history_limit)) {
-        /* The ring's line four lines ahead, fetched now: in a ring larger than the first-level cache
-         * every fourth event would otherwise wait for its line (65,536 events: the history's cost fell
-         * by 0.7-2.0 points on the four traces). A prefetch past
-         * the ring's end is harmless. */
-        __builtin_prefetch(e + 16, 1);
-        e->addr_kind = addr | kind;
-        e->size = size;
-        h->history_next = e + 1;
-    } else {
-        history_heap_slow(h, kind, addr, size, NULL, site);
-    }
-}
-/* site: where the tidepool call that records was called from, for a stack (TIDE_HISTORY_STACKS), or NULL. */
-static inline void history_heap_event(struct heap *h, uint32_t kind, uint64_t addr, uint64_t size,
-                                      const void *site)
-{
-    struct history_entry *e = h->history_next;
-    if (e != NULL) /* no hint: see above */
-        history_heap_put(h, e, kind, addr, size, site);
-}
 /* Whether any thread ever set a tag (tide_set_tag): until then an allocation looks up none. */
 extern _Atomic(bool) history_tags_in_use;
 void history_heap_alloc_tagged(struct heap *h, struct block *b, size_t size, void *site);
-/* A new ACTIVE block, under h's lock: its call site and tag (kept while a history is on, for the
- * snapshot and the leak report) and its alloc event. The ring's next entry is tested for NULL once and
- * read again after the store to b (through history_heap_event the compiler would test it again, since
- * the store might have changed it; keeping the first read in a register instead costs the path with
- * no history an instruction). */
-static inline void history_heap_alloc(struct heap *h, struct block *b, size_t size, void *site)
-{
-    if (h->history_next != NULL) { /* no hint: see above */
-        b->site = site;
-        if (TIDE_UNLIKELY(atomic_load_explicit(&history_tags_in_use, memory_order_relaxed)))
-            history_heap_alloc_tagged(h, b, size, site);
-        else
-            history_heap_put(h, h->history_next, TIDE_EVENT_ALLOC, b->addr, size, site);
-    }
-}
 /* With TIDE_HISTORY_STACKS, a public call takes its caller's stack before it takes any lock
  * (backtrace() takes microseconds; under a heap's spin lock it starved every other thread of the
  * lock), and every event the call records gets that stack. history_stack_begin takes it if t records
@@ -677,22 +380,6 @@ static inline void history_heap_alloc(struct heap *h, struct block *b, size_t si
 bool history_stack_take(const void *site);
 void history_stack_drop(void);
 void history_stack_keep(uint64_t id, const void *site);
-static inline bool history_wants_stacks(const tide_allocator *t)
-{
-    return TIDE_UNLIKELY(atomic_load_explicit(&t->history_stacks, memory_order_relaxed));
-}
-static inline bool history_stack_begin(const tide_allocator *t, const void *site)
-{
-    return history_wants_stacks(t) && history_stack_take(site);
-}
-static inline void history_stack_end(bool begun)
-{
-    if (begun)
-        history_stack_drop();
-}
-/* A new id for t: every thread's cached heap of t is forgotten, so that their tide_malloc and tide_free
- * take the slow paths, where the stack is taken before the lock (allocator.c). */
-void allocator_forget_cached_heaps(tide_allocator *t);
 /* Under t->heaps_lock, for a heap just created: it records into the history that is on, if any. */
 void history_heap_created(tide_allocator *t, struct heap *h);
 void history_destroy_all(tide_allocator *t);

@@ -14,6 +14,8 @@
  * Everything here runs under the heap's lock.
  */
 #include "internal.h"
+#include "stats_events.h"
+#include "history_events.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -170,7 +172,7 @@ static bool finish_if_done(struct heap *h, struct block *b)
 
 /* A fence on each stream b was used on, for lifecycle_free. Out of line: record_fence takes the address
  * of a local, which inlined would give lifecycle_free (every tide_free) a stack canary (see
- * TIDE_NO_CANARY in internal.h). */
+ * TIDE_NO_CANARY in types.h). */
 __attribute__((noinline)) static void record_uses(struct heap *h, struct block *b)
 {
     /* Stamped before the fences are recorded: a synchronize that reads a later sequence number started

@@ -7,6 +7,9 @@
  * Lock order: the pressure lock, then heaps_lock (the pool table), then heap locks.
  */
 #include "internal.h"
+#include "hot_path.h"
+#include "stats_events.h"
+#include "history_events.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

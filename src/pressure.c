@@ -12,6 +12,9 @@
  *   4. fail with TIDE_ENOMEM and a report of where the memory is.
  */
 #include "internal.h"
+#include "hot_path.h"
+#include "stats_events.h"
+#include "history_events.h"
 
 #include <stdlib.h>
 #include <string.h>

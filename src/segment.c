@@ -4,6 +4,9 @@
  * releases made to stay under it (docs/design.md, Holding memory). All of it under the pressure lock.
  */
 #include "internal.h"
+#include "hot_path.h"
+#include "stats_events.h"
+#include "history_events.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -29,6 +29,9 @@
  * validator read them under. No heap lock is held while the device works.
  */
 #include "internal.h"
+#include "hot_path.h"
+#include "stats_events.h"
+#include "history_events.h"
 
 #include <sched.h>
 #include <stdlib.h>

@@ -4,6 +4,7 @@
  * its total and peak are kept exactly there.
  */
 #include "internal.h"
+#include "stats_events.h"
 
 #include <string.h>
 

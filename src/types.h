@@ -3,8 +3,6 @@
  *
  * The shape of the allocator:
  *
- * The shape of the allocator:
- *
  *   tide_allocator ── one per device
  *     ├─ heaps: one per stream that has allocated. A heap owns its segments, its blocks, a free index per
  *     │  pool, a pointer map of the blocks users hold, its PENDING blocks and its fences, and its
@@ -31,9 +29,7 @@
 
 /* ---- compiler hints --------------------------------------------------------------------------------- */
 /* Which side of a branch on the hot path is common. Unhinted, GCC laid out the common side of many out
- * of line, behind a jump taken at nearly every call: 41.6 taken jumps per alloc+free pair of random
- * sizes, and the H200 machine's host pays for each (16.8 with the hints, and pairs faster by the
- * medians in 11 of 12 comparisons, by about 1-3%). A hint marks a
+ * of line, behind a jump taken at nearly every call, and each taken jump costs time. A hint marks a
  * side that is rare by design (a debug level, a guard, a new peak, a table's growth) or that
  * callgrind's jump counts showed to be the common one on the micro patterns and the replays alike; a
  * test that goes either way gets none. */
@@ -43,9 +39,9 @@
 /* No stack canary for this function, and why the hot path has none. Ubuntu's GCC builds with
  * -fstack-protector-strong by default, which puts a canary (a load and a store at entry, a load, a
  * compare and a branch at exit) in every function with an array or a local whose address is taken, and
- * in everything inlined into it. On the H200 machine's Ubuntu that cost the hot path 1-5% of an
- * alloc+free pair. The hot path's functions take no local's
- * address, with one exception marked with this, and the test hot_path_has_no_canary keeps it so. */
+ * in everything inlined into it: a cost the hot path does not need. The hot path's functions take no
+ * local's address, with one exception marked with this, and the test hot_path_has_no_canary keeps it
+ * so. */
 #if defined(__has_attribute)
 #if __has_attribute(no_stack_protector)
 #define TIDE_NO_CANARY __attribute__((no_stack_protector))
@@ -384,6 +380,28 @@ struct tide_allocator {
     pthread_mutex_t history_lock;             /* start, stop, readers; taken before heap locks */
     pthread_mutex_t history_write_lock;       /* the shared ring's writers, the interned tags: a leaf */
     struct tag_string *tags;                  /* interned tags, freed by tide_destroy */
+};
+
+/* ---- what the internal functions hand each other (internal.h) ---------------------------------------- */
+/* A growable text for JSON and reports (util.c). On host-memory failure it stops growing and says so. */
+struct text {
+    char *p;
+    size_t len, cap;
+    bool failed;
+};
+/* Bytes per state over every heap (where_is_memory, segment.c). */
+struct where {
+    int64_t allocated, pending, cached, idle;
+};
+/* The block structs heap_carve_pages needs (heap_carve_blocks, heap.c). */
+struct carve_blocks {
+    struct block *rest_high, *carved;
+};
+/* What is still live, grouped by tag and call site (report_leaks_locked, report.c). */
+struct leak_group;
+struct leak_groups {
+    struct leak_group *group;
+    size_t n;
 };
 
 #endif /* TIDE_TYPES_H */

@@ -14,7 +14,7 @@
 /* ---- clocks ----------------------------------------------------------------------------------------- */
 
 /* Out of line: the struct it hands clock_gettime, inlined, would give every function on the path of a
- * free a stack canary (see TIDE_NO_CANARY in internal.h). */
+ * free a stack canary (see TIDE_NO_CANARY in types.h). */
 __attribute__((noinline)) uint64_t idle_clock(void)
 {
     /* Orders idle segments by age across heaps. A coarse clock is cheap and shares nothing between

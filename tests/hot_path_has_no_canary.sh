@@ -9,7 +9,7 @@
 # canary's code (%fs:0x28 on x86-64, __stack_chk_guard elsewhere; __stack_chk_fail on both) in each hot
 # function, including its compiler-made parts (.isra, .constprop, .cold...). A function that takes a
 # local's address on this path must move that to an out-of-line slow path, or be marked TIDE_NO_CANARY
-# where no array is on its frame (src/internal.h).
+# where no array is on its frame (src/types.h).
 #
 # Usage: hot_path_has_no_canary.sh SOURCE_DIR C_COMPILER WORK
 # Exit status 77 (a skip) where the compiler has no -fstack-protector-strong or objdump is missing.

@@ -5,6 +5,7 @@
  */
 #include "harness.h"
 #include "internal.h"
+#include "hot_path.h"
 
 #include <signal.h>
 #include <sys/wait.h>

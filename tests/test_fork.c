@@ -9,6 +9,7 @@
  */
 #include "harness.h"
 #include "internal.h"
+#include "hot_path.h"
 #include "tidepool_cuda.h"
 
 #include <signal.h>

@@ -10,6 +10,7 @@
  */
 #include "harness.h"
 #include "internal.h"
+#include "stats_events.h"
 
 #include <stdlib.h>
 #include <string.h>

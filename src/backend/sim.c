@@ -28,6 +28,7 @@
  * (tests/test_parking.c).
  */
 #include "internal.h"
+#include "hot_path.h"
 #include "tidepool_sim.h"
 
 #include <errno.h>

@@ -15,6 +15,7 @@
  * holds_lock) could close a cycle with it.
  */
 #include "internal.h"
+#include "hot_path.h"
 #include "tidepool_vulkan.h"
 #include "vk_api.h"
 

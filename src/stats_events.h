@@ -1,0 +1,159 @@
+/*
+ * The statistics' events, inline: they run on every tide_malloc and tide_free, under the heap's lock.
+ * Sizes are the block's; idle_segment is the size of the wholly free segment the block came from (take)
+ * or that became wholly free once it was merged (to_free), else 0. stats.c sums the heaps' counters
+ * when they are read.
+ */
+#ifndef TIDE_STATS_EVENTS_H
+#define TIDE_STATS_EVENTS_H
+
+#include "internal.h"
+
+/* Bytes of ACTIVE and PENDING blocks; of FREE blocks (the cache); of FREE blocks outside wholly free
+ * segments (the split cache, which releasing segments cannot give back). */
+static inline int64_t pool_active(const struct pool_stats *p) { return p->allocated.cur + p->pending.cur; }
+static inline int64_t pool_cached(const struct pool_stats *p)
+{
+    return p->reserved.cur - p->allocated.cur - p->pending.cur;
+}
+static inline int64_t pool_inactive_split(const struct pool_stats *p) { return pool_cached(p) - p->idle; }
+static inline int public_pool(enum pool_kind pool) { return pool == POOL_SMALL ? TIDE_POOL_SMALL : TIDE_POOL_LARGE; }
+
+/* A new peak is rare: hinted so, GCC moves its store out of line, where without the hint it laid it out
+ * as a jump over the store taken at nearly every event, and taken jumps on the hot path cost time; a
+ * conditional move instead stored every peak every time, and was slower. */
+static inline void rise(struct counter *c, int64_t d)
+{
+    c->cur += d;
+    if (TIDE_UNLIKELY(c->cur > c->peak))
+        c->peak = c->cur;
+}
+
+static inline void fall(struct counter *c, int64_t d) { c->cur -= d; }
+
+static inline void peak_at_least(int64_t *peak, int64_t value)
+{
+    if (TIDE_UNLIKELY(value > *peak))
+        *peak = value;
+}
+
+/* body for the event's pool, then for all pools. The empty asm makes the event's pool_stats pointer
+ * opaque to the compiler, so that it is computed once and kept: GCC otherwise recomputes it from the
+ * pool index before every counter. A branch on the pool instead of the index saves as much but
+ * mispredicts where pools alternate at random. */
+#define BOTH(s, pool, p, body)                                                                     \
+    do {                                                                                           \
+        struct pool_stats *p = &(s)->pool[public_pool(pool)];                                      \
+        __asm__("" : "+r"(p));                                                                     \
+        body;                                                                                      \
+        p = &(s)->pool[TIDE_POOL_ALL];                                                             \
+        body;                                                                                      \
+    } while (0)
+
+/* FREE bytes were added to the cache by a free (a drained block's peaks wait for stats_settle), in a
+ * segment that is now wholly free (idle_segment bytes) or not (0). The split cache rises, unless the
+ * segment became wholly free: then its FREE bytes become releasable cache, and the split cache falls.
+ * The test is made once for both pools. */
+static inline void cache_gained(struct heap_stats *s, enum pool_kind pool, int64_t idle_segment)
+{
+    if (TIDE_UNLIKELY(idle_segment != 0)) {
+        BOTH(s, pool, p, {
+            peak_at_least(&p->cached_peak, pool_cached(p));
+            p->idle += idle_segment;
+        });
+    } else {
+        BOTH(s, pool, p, {
+            peak_at_least(&p->cached_peak, pool_cached(p));
+            peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
+        });
+    }
+}
+
+static inline void stats_take(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t requested,
+                int64_t idle_segment)
+{
+    BOTH(s, pool, p, {
+        rise(&p->allocated, size);
+        rise(&p->requested, requested);
+        rise(&p->allocation, 1);
+        peak_at_least(&p->active_peak, pool_active(p));
+    });
+    if (TIDE_UNLIKELY(idle_segment != 0)) { /* a wholly free segment is split: what stays FREE is split cache now */
+        BOTH(s, pool, p, {
+            p->idle -= idle_segment;
+            peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
+        });
+    }
+}
+
+static inline void stats_active_to_free(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t requested,
+                          int64_t idle_segment)
+{
+    BOTH(s, pool, p, {
+        fall(&p->allocated, size);
+        fall(&p->requested, requested);
+        fall(&p->allocation, 1);
+    });
+    cache_gained(s, pool, idle_segment);
+}
+
+static inline void stats_active_to_pending(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t requested)
+{
+    BOTH(s, pool, p, {
+        fall(&p->allocated, size);
+        fall(&p->requested, requested);
+        fall(&p->allocation, 1);
+        rise(&p->pending, size);
+        rise(&p->pending_blocks, 1);
+    });
+}
+
+/* The cache's peaks: stats_settle, by the call that drains. */
+static inline void stats_pending_to_free(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t idle_segment)
+{
+    BOTH(s, pool, p, {
+        fall(&p->pending, size);
+        fall(&p->pending_blocks, 1);
+    });
+    if (TIDE_UNLIKELY(idle_segment != 0))
+        BOTH(s, pool, p, p->idle += idle_segment);
+}
+
+static inline void stats_segment_added(struct heap_stats *s, enum pool_kind pool, int64_t size)
+{
+    BOTH(s, pool, p, {
+        rise(&p->reserved, size);
+        p->segment.cur++;
+        p->idle += size;
+    });
+}
+
+/* Some changes raise the cache or the segment count only for a moment inside one call: memory added
+ * for a request is wholly cached until the block is taken from it, a new run is a segment of its own
+ * until it joins its neighbour, blocks drained at an allocation are cached until the fit takes one,
+ * and the emptying of the cache drains blocks to release them. So those changes (stats_segment_added,
+ * stats_pending_to_free, and the runs' changes in heap.c) leave the cache's two peaks and the segment
+ * count's alone, and every call that makes them checks the peaks here once it is done: the pressure
+ * entry points (for every heap), tide_malloc after a drain, tide_release. Each peak then stays a value
+ * the statistic had between two calls (test_peaks_are_exact_with_one_stream). */
+static inline void stats_settle(struct heap_stats *s)
+{
+    for (int k = 0; k < TIDE_POOL_COUNT; k++) {
+        struct pool_stats *p = &s->pool[k];
+        peak_at_least(&p->cached_peak, pool_cached(p));
+        peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
+        peak_at_least(&p->segment.peak, p->segment.cur);
+    }
+    s->drained_unsettled = false;
+}
+
+static inline void stats_segment_removed(struct heap_stats *s, enum pool_kind pool, int64_t size)
+{
+    BOTH(s, pool, p, {
+        fall(&p->reserved, size);
+        fall(&p->segment, 1);
+        p->idle -= size;
+    });
+}
+
+#endif /* TIDE_STATS_EVENTS_H */
