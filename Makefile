@@ -2,8 +2,8 @@
 #   make demo    build, then replay a real training trace through tidepool on the simulated device
 #   make check   build, then run the test suite (about 5 minutes on 2 cores, the build included; make check-long: the long sweeps)
 # Other targets: make build, make check-long (the long sweeps), make docs-figures (README's figures
-# from the commands), make check-sanitize (ASan+UBSan), make check-tsan (ThreadSanitizer),
-# make check-valgrind (memcheck), make fuzz (libFuzzer, FUZZ_SECONDS), make coverage (lines the tests
+# from the commands), make check-sanitize (ASan+UBSan, every assertion on), make check-tsan
+# (ThreadSanitizer), make check-valgrind (memcheck), make fuzz (libFuzzer, FUZZ_SECONDS), make coverage (lines the tests
 # run, per file), make check-speed (the hot path's instructions within bench/callgrind_budget.txt),
 # make lint (cppcheck), make gpu-check, make install (PREFIX, default /usr/local), make clean.
 # docs/reliability.md has the longer runs.
@@ -81,7 +81,7 @@ gpu-check: build
 	scripts/skip_reasons.sh $(BUILD); exit $$status
 
 check-sanitize: deps
-	@cmake -S . -B $(SANITIZE_BUILD) -DTIDE_WERROR=ON -DTIDE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	@cmake -S . -B $(SANITIZE_BUILD) -DTIDE_WERROR=ON -DTIDE_SANITIZE=ON -DTIDE_ASSERT_LEVEL=2 -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	@cmake --build $(SANITIZE_BUILD) -j $(JOBS)
 	@status=0; ctest --test-dir $(SANITIZE_BUILD) --output-on-failure -j $(JOBS) || status=$$?; \
 	scripts/skip_reasons.sh $(SANITIZE_BUILD); exit $$status
@@ -114,14 +114,15 @@ lint:
 	cppcheck --enable=warning,performance,portability --std=c11 --inline-suppr --quiet --error-exitcode=1 \
 	  -Iinclude -Isrc -Itools -Ibench src tools tests fuzz bench/*.c bench/*.h bench/*.cpp
 
-# The libFuzzer harness (fuzz/fuzz_api.c) with ASan and UBSan: first every input that once failed
-# (fuzz/regressions), then FUZZ_SECONDS of fuzzing from the committed corpus. New inputs go to
-# $(FUZZ_BUILD)/corpus; a failing one is written to $(FUZZ_BUILD)/crash-*.
+# The libFuzzer harness (fuzz/fuzz_api.c) with ASan, UBSan and every assertion (src/assertions.h):
+# first every input that once failed (fuzz/regressions), then FUZZ_SECONDS of fuzzing from the
+# committed corpus. New inputs go to $(FUZZ_BUILD)/corpus; a failing one is written to
+# $(FUZZ_BUILD)/crash-*.
 fuzz:
 	@command -v clang >/dev/null && command -v cmake >/dev/null \
 	  && ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 \
 	  || scripts/install-deps.sh fuzz
-	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DTIDE_WERROR=ON -DTIDE_FUZZ=ON -DTIDE_SANITIZE=ON >/dev/null
+	@CC=clang cmake -S . -B $(FUZZ_BUILD) -DTIDE_WERROR=ON -DTIDE_FUZZ=ON -DTIDE_SANITIZE=ON -DTIDE_ASSERT_LEVEL=2 >/dev/null
 	@cmake --build $(FUZZ_BUILD) --target fuzz_api -j $(JOBS)
 	$(FUZZ_BUILD)/fuzz/fuzz_api fuzz/regressions/*
 	@mkdir -p $(FUZZ_BUILD)/corpus

@@ -109,8 +109,9 @@
  *                                     reserved, give idle segments back (see HOLDING MEMORY). False:
  *                                     keep every freed segment cached until asked (PyTorch's way).
  *     debug:L                         0: off (default). 1: run tide_check after every call that reserves
- *                                     or releases segments. 2: run tide_check after every call. A failed
- *                                     check prints the problem to stderr and aborts.
+ *                                     or releases segments. 2: also, after every call on a block, check
+ *                                     the heap of the stream it used. A failed check prints the problem
+ *                                     to stderr and aborts.
  *     expandable_segments:B           True: segments that grow and shrink (see SEGMENTS THAT GROW).
  *                                     Needs a backend with virtual memory (sim, cuda). Default False.
  *     scrub:B                         True: zero every block before it is handed out, on its stream

@@ -83,6 +83,19 @@ void allocator_debug_check_now(tide_allocator *t, const char *after)
     allocator_unlock_all(t);
 }
 
+void allocator_heap_check_now(tide_allocator *t, struct heap *h, const char *after)
+{
+    if (h->parked) /* the validator knows no parked block: merged, as every other check's lock does */
+        heap_settle(h);
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", tide_last_error());
+    if (check_heap_locked(t, h) != TIDE_OK) {
+        fprintf(stderr, "tidepool: debug check failed after %s: %s\n", after, tide_last_error());
+        abort();
+    }
+    tide__restore_message(saved);
+}
+
 /* ---- heaps by stream ---------------------------------------------------------------------------------- */
 
 static size_t table_slot(tide_stream stream)
@@ -505,10 +518,11 @@ static inline __attribute__((always_inline)) tide_status malloc_on_heap(tide_all
     /* The alloc event is recorded under the lock, before anyone can free the block. */
     if (TIDE_LIKELY(b != NULL))
         history_heap_alloc(h, b, size, site);
+    heap_debug_check(t, h, "tide_malloc");
     heap_unlock(h);
     if (TIDE_UNLIKELY(!b) && s == TIDE_OK) {
         s = pressure_malloc(t, h, pool, rounded, size, &b);
-        allocator_debug_check(t, 1, "tide_malloc (slow path)");
+        allocator_debug_check(t, DEBUG_RESERVE_RELEASE, "tide_malloc (slow path)");
         /* The lock only for a history's sake (its ring is written under it): a start that races
          * with this test begins just after this allocation. */
         if (b && atomic_load_explicit(&t->history, memory_order_relaxed)) {
@@ -522,7 +536,6 @@ static inline __attribute__((always_inline)) tide_status malloc_on_heap(tide_all
         b = NULL;
     if (b)
         *out = (void *)(b->addr + t->guard);
-    allocator_debug_check(t, 2, "tide_malloc");
     return b ? TIDE_OK : s;
 }
 
@@ -608,8 +621,8 @@ __attribute__((noinline)) static tide_status free_with_guard(tide_allocator *t, 
         return tide__fail(TIDE_EINVAL, "tide_free of %p: freed twice at once", ptr);
     }
     s = lifecycle_free(h, b, site);
+    heap_debug_check(t, h, "tide_free");
     heap_unlock(h);
-    allocator_debug_check(t, 2, "tide_free");
     if (s == TIDE_OK && guard != TIDE_OK)
         return tide__fail(guard, "%s", guard_message);
     return s;
@@ -631,8 +644,8 @@ static inline tide_status free_found(tide_allocator *t, void *ptr, struct heap *
     if (TIDE_UNLIKELY(t->guard != 0))
         return free_with_guard(t, ptr, h, b, site);
     tide_status s = lifecycle_free(h, b, site);
+    heap_debug_check(t, h, "tide_free");
     heap_unlock(h);
-    allocator_debug_check(t, 2, "tide_free");
     return s;
 }
 
@@ -695,8 +708,8 @@ tide_status tide_record_stream(tide_allocator *t, void *ptr, tide_stream stream)
         s = tide__fail(TIDE_EINVAL, "tide_record_stream of %p: the block was freed already", ptr);
     else
         s = lifecycle_record_stream(h, b, stream);
+    heap_debug_check(t, h, "tide_record_stream");
     heap_unlock(h);
-    allocator_debug_check(t, 2, "tide_record_stream");
     return s;
 }
 
@@ -709,8 +722,8 @@ tide_status tide_retain(tide_allocator *t, void *ptr)
     if (s != TIDE_OK)
         return s;
     s = lifecycle_retain(b, ptr);
+    heap_debug_check(t, h, "tide_retain");
     heap_unlock(h);
-    allocator_debug_check(t, 2, "tide_retain");
     return s;
 }
 
@@ -723,8 +736,8 @@ tide_status tide_release(tide_allocator *t, void *ptr)
     tide_status s = locate(t, (uintptr_t)ptr, "tide_release", &h, &b);
     if (s == TIDE_OK) {
         s = lifecycle_release(h, b, ptr);
+        heap_debug_check(t, h, "tide_release");
         heap_unlock(h);
-        allocator_debug_check(t, 2, "tide_release");
     }
     history_stack_end(begun);
     return s;
@@ -735,7 +748,7 @@ tide_status tide_empty_cache(tide_allocator *t, tide_release_report *report)
     CHECK_ALLOCATOR(t);
     bool begun = history_stack_begin(t, __builtin_return_address(0));
     tide_status s = pressure_empty_cache(t, report);
-    allocator_debug_check(t, 1, "tide_empty_cache");
+    allocator_debug_check(t, DEBUG_RESERVE_RELEASE, "tide_empty_cache");
     history_stack_end(begun);
     return s;
 }
@@ -745,7 +758,7 @@ tide_status tide_trim(tide_allocator *t, size_t target_bytes, tide_release_repor
     CHECK_ALLOCATOR(t);
     bool begun = history_stack_begin(t, __builtin_return_address(0));
     tide_status s = pressure_trim(t, target_bytes, report);
-    allocator_debug_check(t, 1, "tide_trim");
+    allocator_debug_check(t, DEBUG_RESERVE_RELEASE, "tide_trim");
     history_stack_end(begun);
     return s;
 }
@@ -758,7 +771,7 @@ tide_status tide_set_limit(tide_allocator *t, size_t bytes)
                           "allocation");
     bool begun = history_stack_begin(t, __builtin_return_address(0));
     tide_status s = pressure_set_limit(t, bytes);
-    allocator_debug_check(t, 1, "tide_set_limit");
+    allocator_debug_check(t, DEBUG_RESERVE_RELEASE, "tide_set_limit");
     history_stack_end(begun);
     return s;
 }

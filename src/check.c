@@ -10,6 +10,7 @@
 struct checker {
     unsigned problems;
     char first[512];
+    bool one_heap;                    /* check_heap_locked: h's lock only, another call may be under way */
 };
 
 __attribute__((format(printf, 2, 3))) static void problem(struct checker *c, const char *fmt, ...)
@@ -58,12 +59,15 @@ static void check_peaks(struct checker *c, const struct heap *h, int pool, const
     check_peak(c, h, pool, "requested_bytes", s->requested.cur, s->requested.peak);
     check_peak(c, h, pool, "active_bytes", pool_active(s), s->active_peak);
     check_peak(c, h, pool, "pending_free_bytes", s->pending.cur, s->pending.peak);
-    if (!h->stats.drained_unsettled) { /* else pressure_malloc, on its way, settles them */
+    /* Left to the end of a call under the pressure lock, which one_heap may be in the middle of. */
+    bool settled = !c->one_heap;
+    if (!h->stats.drained_unsettled && settled) { /* else pressure_malloc, on its way, settles them */
         check_peak(c, h, pool, "cached_bytes", pool_cached(s), s->cached_peak);
         check_peak(c, h, pool, "inactive_split_bytes", pool_inactive_split(s), s->inactive_split_peak);
     }
     check_peak(c, h, pool, "allocation", s->allocation.cur, s->allocation.peak);
-    check_peak(c, h, pool, "segment", s->segment.cur, s->segment.peak);
+    if (settled)
+        check_peak(c, h, pool, "segment", s->segment.cur, s->segment.peak);
     check_peak(c, h, pool, "pending_free_blocks", s->pending_blocks.cur, s->pending_blocks.peak);
 }
 
@@ -148,8 +152,9 @@ static void check_segment(struct checker *c, tide_allocator *t, struct heap *h, 
         problem(c, "segment 0x%llx is on the list of a heap it does not name", base);
     if (seg->size == 0 || seg->size % TIDE_SEGMENT_GRANULE)
         problem(c, "segment 0x%llx has size %zu, not a multiple of 2 MiB", base, seg->size);
-    if (segment_map_find(&t->segmap, seg->base) != seg ||
-        segment_map_find(&t->segmap, seg->base + seg->size - 1) != seg)
+    /* The segment map is the pressure lock's: a call under it may be between its update and the heap's. */
+    if (!c->one_heap && (segment_map_find(&t->segmap, seg->base) != seg ||
+                         segment_map_find(&t->segmap, seg->base + seg->size - 1) != seg))
         problem(c, "segment 0x%llx is not found by the segment map", base);
     tl->reserved += (int64_t)seg->size;
     tl->segment++;
@@ -276,7 +281,8 @@ static size_t check_heap_segments(struct checker *c, tide_allocator *t, struct h
         check_segment(c, t, h, seg, &tl[seg->pool]);
         idle_segments += seg->idle;
     }
-    size_t in_arenas = check_arenas(c, t, h, segments);
+    /* The arenas' lists of runs are the pressure lock's: not under h's lock alone. */
+    size_t in_arenas = c->one_heap ? runs : check_arenas(c, t, h, segments);
     if (in_arenas != runs)
         problem(c, "stream 0x%llx has %zu runs of pages, and its arenas list %zu",
                 (unsigned long long)h->stream, runs, in_arenas);
@@ -432,4 +438,17 @@ tide_status check_locked(tide_allocator *t)
         return TIDE_OK;
     return tide__fail(TIDE_ECORRUPT, "tide_check: %u problem%s; the first: %s", c.problems,
                       c.problems == 1 ? "" : "s", c.first);
+}
+
+tide_status check_heap_locked(tide_allocator *t, struct heap *h)
+{
+    struct checker c;
+    memset(&c, 0, sizeof c);
+    c.one_heap = true;
+    int64_t reserved = 0;
+    check_heap(&c, t, h, &reserved);
+    if (c.problems == 0)
+        return TIDE_OK;
+    return tide__fail(TIDE_ECORRUPT, "tide_check of stream 0x%llx's heap: %u problem%s; the first: %s",
+                      (unsigned long long)h->stream, c.problems, c.problems == 1 ? "" : "s", c.first);
 }

@@ -348,7 +348,7 @@ static const struct config_key keys[] = {
     BOOL_KEY("leak_report", leak_report, 0, "tide_destroy prints what is still allocated, by tag and call site"),
     {{"debug", "0, 1 or 2", "0",
       "1: validate every invariant after each call that reserves or releases; 2: after every call"},
-     KEY_LEVEL, FIELD(debug), 0, 2, {.level = 0}, "0, 1 or 2"},
+     KEY_LEVEL, FIELD(debug), DEBUG_OFF, DEBUG_EVERY_CALL, {.level = DEBUG_OFF}, "0, 1 or 2"},
 };
 #define KEY_COUNT (sizeof keys / sizeof keys[0])
 

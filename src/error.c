@@ -89,6 +89,12 @@ tide_status tide__fail(tide_status status, const char *fmt, ...)
     return status;
 }
 
+void tide__assert_failed(const char *condition, const char *file, int line, const char *function)
+{
+    fprintf(stderr, "tidepool: assertion failed: %s (%s:%d, %s)\n", condition, file, line, function);
+    abort();
+}
+
 void tide__restore_message(const char *saved)
 {
     struct thread_message *m = thread_message();

@@ -41,10 +41,21 @@ void free_index_init(struct free_index *fi, struct block *end)
             fi->heads[fl][sl] = end;
 }
 
+/* Whether b is on the list of class (fl, sl): for assertions (a walk). */
+static bool filed_in_class(const struct free_index *fi, unsigned fl, unsigned sl, const struct block *b)
+{
+    for (const struct block *x = fi->heads[fl][sl]; x != fi->end; x = x->link_next)
+        if (x == b)
+            return true;
+    return false;
+}
+
 void free_index_insert(struct free_index *fi, struct block *b)
 {
+    TIDE_ASSERT(b->state == BLOCK_FREE && b != fi->end);
     unsigned fl, sl;
     class_of(b->size, &fl, &sl);
+    TIDE_ASSERT_EXPENSIVE(!filed_in_class(fi, fl, sl, b) && !filed_in_class(fi, b->fl, b->sl, b));
     b->fl = (uint8_t)fl;
     b->sl = (uint8_t)sl;
     struct block **head = &fi->heads[fl][sl];
@@ -59,6 +70,8 @@ void free_index_insert(struct free_index *fi, struct block *b)
 void free_index_remove(struct free_index *fi, struct block *b)
 {
     unsigned fl = b->fl, sl = b->sl; /* as filed: the size may have changed since (a merge) */
+    TIDE_ASSERT(b->state == BLOCK_FREE && b->link_pprev != NULL && *b->link_pprev == b);
+    TIDE_ASSERT_EXPENSIVE(filed_in_class(fi, fl, sl, b));
     *b->link_pprev = b->link_next;
     b->link_next->link_pprev = b->link_pprev;
     b->link_next = NULL;

@@ -210,6 +210,7 @@ static inline void link_prev(struct heap *h, struct block *n, struct block *prev
 struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, size_t requested,
                                 tide_status *status)
 {
+    TIDE_ASSERT(b->state == BLOCK_FREE); /* a block taken is FREE */
     struct free_index *fi = heap_free_index(h, b->seg->pool);
     /* The only step that can fail comes first, so a failure changes nothing. */
     tide_status s = ptr_map_insert(&h->map, b);
@@ -346,6 +347,9 @@ void heap_adopt_free(struct heap *h, struct segment *seg, struct block *b)
 /* heap_make_free, with the time the segment goes idle at (if it does) given or read now. */
 static size_t make_free(struct heap *h, struct block *b, bool stamp_given, uint64_t since)
 {
+    /* a block freed was in use: by the program, by the device's work, or parked */
+    TIDE_ASSERT(b->state == BLOCK_ACTIVE || b->state == BLOCK_PENDING || b->state == BLOCK_PARKED);
+    TIDE_ASSERT(b->seg->busy > 0);
     struct free_index *fi = heap_free_index(h, b->seg->pool);
     b->state = BLOCK_FREE;
     b->seg->busy--;
@@ -390,6 +394,7 @@ static size_t merge_would_cover(const struct block *b)
 
 size_t heap_park(struct heap *h, struct block *b)
 {
+    TIDE_ASSERT(b->state == BLOCK_ACTIVE && b != h->parked);
     if (h->parked)
         heap_settle(h);
     b->state = BLOCK_PARKED;
@@ -405,6 +410,7 @@ size_t heap_park(struct heap *h, struct block *b)
 void heap_settle(struct heap *h)
 {
     struct block *b = h->parked;
+    TIDE_ASSERT(b->state == BLOCK_PARKED);
     h->parked = NULL;
     /* It stayed in the pointer map while parked, so that taking it back costs no insertion. */
     ptr_map_remove(&h->map, b);
@@ -414,6 +420,7 @@ void heap_settle(struct heap *h)
 struct block *heap_reuse_parked(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested)
 {
     struct block *b = h->parked, *prev = b->prev, *next = b->next;
+    TIDE_ASSERT(b->state == BLOCK_PARKED);
     /* The merge would start at a FREE block before it, and the split there: another address. A block
      * larger than the request would be split, and the rest left elsewhere. */
     if (b->size != rounded || b->seg->pool != pool || (prev && prev->state == BLOCK_FREE))

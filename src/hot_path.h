@@ -37,11 +37,18 @@ static inline enum pool_kind pool_for_size(const tide_allocator *t, size_t round
     return rounded <= TIDE_SMALL_MAX ? POOL_SMALL : POOL_LARGE;
 }
 
-/* Runs tide_check if the debug level asks for it; aborts on corruption. */
-static inline void allocator_debug_check(tide_allocator *t, int level_needed, const char *after)
+/* Runs tide_check if the debug level (enum debug_level) asks for it; aborts on corruption. */
+static inline void allocator_debug_check(tide_allocator *t, enum debug_level level_needed, const char *after)
 {
-    if (TIDE_UNLIKELY(t->conf.debug >= level_needed))
+    if (TIDE_UNLIKELY(t->conf.debug >= (int)level_needed))
         allocator_debug_check_now(t, after);
+}
+/* Under h's lock, before a call on a block lets it go: under debug:2 (DEBUG_EVERY_CALL), the validator
+ * over h; aborts on corruption. */
+static inline void heap_debug_check(tide_allocator *t, struct heap *h, const char *after)
+{
+    if (TIDE_UNLIKELY(t->conf.debug >= DEBUG_EVERY_CALL))
+        allocator_heap_check_now(t, h, after);
 }
 
 

@@ -9,6 +9,7 @@
 #define TIDE_INTERNAL_H
 
 #include "types.h"
+#include "assertions.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -322,6 +323,10 @@ uint64_t pressure_release_everything(tide_allocator *t, uint64_t *refused_ranges
 /* ---- check.c ------------------------------------------------------------------------------------- */
 /* Under the pressure lock and every heap lock. */
 tide_status check_locked(tide_allocator *t);
+/* The same over heap h alone, under h's lock only (debug:2). What the pressure lock guards (the peaks
+ * its calls leave to their end, the segment map, the arenas) is not checked: such a call may be under
+ * way. */
+tide_status check_heap_locked(tide_allocator *t, struct heap *h);
 
 /* ---- report.c: the snapshot and the leak report, under allocator_lock_all --------------------------- */
 /* The snapshot's JSON (tide_snapshot_json) into x. */
@@ -352,6 +357,8 @@ void allocator_lock_all(tide_allocator *t);
 void allocator_unlock_all(tide_allocator *t);
 /* tide_check now (allocator_debug_check, hot_path.h); aborts on corruption. */
 void allocator_debug_check_now(tide_allocator *t, const char *after);
+/* check_heap_locked now, h locked (heap_debug_check, hot_path.h); aborts on corruption. */
+void allocator_heap_check_now(tide_allocator *t, struct heap *h, const char *after);
 /* A new id for t: every thread's cached heap of t is forgotten, so that their tide_malloc and tide_free
  * take the slow paths, where the stack is taken before the lock (allocator.c). */
 void allocator_forget_cached_heaps(tide_allocator *t);

@@ -191,6 +191,7 @@ __attribute__((noinline)) static void record_uses(struct heap *h, struct block *
 
 tide_status lifecycle_free(struct heap *h, struct block *b, const void *site)
 {
+    TIDE_ASSERT(b->state == BLOCK_ACTIVE); /* a block freed is ACTIVE: callers refuse the rest */
     enum pool_kind pool = b->seg->pool;
     int64_t size = (int64_t)b->size, requested = (int64_t)b->requested;
 #ifdef TIDE_BREAK_PENDING

@@ -754,7 +754,7 @@ static tide_status pool_restore(tide_allocator *t, tide_pool_id id, const tide_p
         heap_unlock(t->heaps[i]);
     }
     pthread_mutex_unlock(&t->pressure);
-    allocator_debug_check(t, 1, "tide_pool_restore");
+    allocator_debug_check(t, DEBUG_RESERVE_RELEASE, "tide_pool_restore");
     if (s == TIDE_OK && freed != TIDE_OK)
         return tide__fail(freed, "tide_pool_restore: freeing the pool's blocks: %s", freed_message);
     return s;
@@ -771,7 +771,7 @@ tide_status tide_pool_empty_cache(tide_allocator *t, tide_pool_id pool, tide_rel
     if (!known)
         return unknown_pool("tide_pool_empty_cache", pool);
     tide_status s = pressure_empty_pool(t, pool, report);
-    allocator_debug_check(t, 1, "tide_pool_empty_cache");
+    allocator_debug_check(t, DEBUG_RESERVE_RELEASE, "tide_pool_empty_cache");
     return s;
 }
 

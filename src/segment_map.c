@@ -104,12 +104,14 @@ void segment_map_enter(struct segment_map *sm, struct segment *seg, uintptr_t en
     atomic_store_explicit(&seg->map_end, end, memory_order_release);
     for (uint64_t g = first; g <= last; g++) {
         struct granule *e = granule_at(sm, g, false);
+        TIDE_ASSERT(e != NULL); /* segment_map_prepare made every table */
         uintptr_t granule_start = (uintptr_t)(g << TIDE_SEGMENT_GRANULE_SHIFT);
         if (granule_start >= seg->base)
             atomic_store_explicit(&e->covers_start, seg, memory_order_release);
         else
             atomic_store_explicit(&e->starts_inside, seg, memory_order_release);
     }
+    TIDE_ASSERT(segment_map_find(sm, seg->base) == seg && segment_map_find(sm, end - 1) == seg);
 }
 
 /* Granules first..last stop naming seg, where they still do (another segment may have taken one over). */
@@ -136,6 +138,8 @@ void segment_map_shrink(struct segment_map *sm, struct segment *seg, uintptr_t n
     atomic_store_explicit(&seg->map_end, new_end, memory_order_release);
     forget_granules(sm, seg, (new_end + TIDE_SEGMENT_GRANULE - 1) >> TIDE_SEGMENT_GRANULE_SHIFT,
                     (old_end - 1) >> TIDE_SEGMENT_GRANULE_SHIFT);
+    TIDE_ASSERT(segment_map_find(sm, old_end - 1) != seg);
+    TIDE_ASSERT(new_end <= seg->base || segment_map_find(sm, new_end - 1) == seg);
 }
 
 void segment_map_remove(struct segment_map *sm, struct segment *seg)
@@ -144,6 +148,7 @@ void segment_map_remove(struct segment_map *sm, struct segment *seg)
                     (seg->base + seg->size - 1) >> TIDE_SEGMENT_GRANULE_SHIFT);
     atomic_store_explicit(&seg->map_base, 0, memory_order_release);
     atomic_store_explicit(&seg->map_end, 0, memory_order_release);
+    TIDE_ASSERT(segment_map_find(sm, seg->base) != seg);
 }
 
 static bool holds(struct segment *seg, uintptr_t addr)

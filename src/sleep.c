@@ -317,7 +317,7 @@ tide_status tide_pool_sleep(tide_allocator *t, tide_pool_id pool, unsigned flags
             if (run->arena)
                 s = sleep_run(t, heaps[i], run, offload);
     settle_and_unlock(t);
-    allocator_debug_check(t, 1, "tide_pool_sleep");
+    allocator_debug_check(t, DEBUG_RESERVE_RELEASE, "tide_pool_sleep");
     return s;
 }
 
@@ -504,6 +504,6 @@ tide_status tide_pool_wake(tide_allocator *t, tide_pool_id pool)
     if (s == TIDE_OK) /* awake: allocations come again, and the pool's use count decides what it keeps */
         pool_sleep_mark(t, pool, "tide_pool_wake", -1, NULL, NULL, NULL);
     settle_and_unlock(t); /* (making room drains and releases) */
-    allocator_debug_check(t, 1, "tide_pool_wake");
+    allocator_debug_check(t, DEBUG_RESERVE_RELEASE, "tide_pool_wake");
     return s;
 }

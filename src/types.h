@@ -208,6 +208,17 @@ struct segment_map {
     _Atomic(struct segment_map_mid *) *top;
 };
 
+/* The configuration's debug:L, named: when the library runs its validator (check.c) by itself, in any
+ * build. A failed check prints the problem and aborts. (The build's assertions are apart: assertions.h.) */
+enum debug_level {
+    DEBUG_OFF = 0,                    /* never: tide_check only when called */
+    DEBUG_RESERVE_RELEASE = 1,        /* after each call that reserves or releases memory, the whole
+                                         allocator (skipped where another thread holds the pressure
+                                         lock: a completion callback's call could wait for itself) */
+    DEBUG_EVERY_CALL = 2,             /* also after every call on a block, the heap it used, under the
+                                         heap's lock the call holds already: never skipped */
+};
+
 /* ---- the configuration (config.c) --------------------------------------------------------------------- */
 struct tide_config {
     bool limit_set;
@@ -215,7 +226,7 @@ struct tide_config {
     double limit_fraction;            /* 0 < f <= 1, or 0 */
     double gc_threshold;              /* 0 = off */
     size_t max_split_size;            /* SIZE_MAX = unlimited */
-    int debug;
+    int debug;                        /* enum debug_level */
     bool expandable_segments;
     bool trim_on_growth;              /* give idle segments back before passing the high-water mark */
     bool leak_report;                 /* tide_destroy prints the leak report if anything is live */
