@@ -32,6 +32,15 @@
 #                                   segments (default 1000 steps), then alternating step-time runs
 #   bench/gpu_run.sh record-seed [STEPS]  the seed's loop (default 250 steps) recorded as a trace through
 #                                   tidepool's history, then replayed through every allocator
+#   bench/gpu_run.sh suite [FAMILIES]  the workload suite (bench/workloads, seed 0, as
+#                                   bench/fragmentation.py writes it) replayed through PyTorch's allocator,
+#                                   with and without expandable segments, and cudaMallocAsync, beside
+#                                   tidepool's: peak reserved / peak live measured on the GPU for the
+#                                   suite's table (GPU_BENCH_ROUNDS=2: each trace is millions of operations)
+#   bench/gpu_run.sh pip-only       the install a pip-only user makes: a fresh venv that sees the machine's
+#                                   torch, nvcc off the PATH and no CUDA_HOME, pip install ./python, then
+#                                   python -m tidepool and a training step, each timed; and where NVIDIA's
+#                                   wheels keep CUDA's headers
 set -u
 OUT=${OUT:-bench/out}
 mkdir -p "$OUT"
@@ -224,6 +233,45 @@ record-seed)
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $BUILD/gpu_bench replay --only pytorch "$OUT/seed_loop.csv.gz" \
         | tail -n +3 | tee -a "$OUT/replay_seed_loop.md"
     ;;
+suite)
+    build
+    bench/build_gpu_bench.sh $BUILD || exit 1
+    families=()
+    for f in $(echo "${2:-}" | tr , ' '); do families+=(--family "$f"); done
+    echo "== the suite's traces, written on this machine"
+    python3 -m bench.workloads "$OUT/suite" "${families[@]}" | tail -2
+    export GPU_BENCH_ROUNDS=${GPU_BENCH_ROUNDS:-2}
+    echo "== each trace through tidepool, PyTorch's allocator and cudaMallocAsync, in one process"
+    $BUILD/gpu_bench replay "$OUT"/suite/*.csv.gz | tee "$OUT/suite_replay.md"
+    echo "== expandable segments: PyTorch's, then tidepool's"
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $BUILD/gpu_bench replay --only pytorch "$OUT"/suite/*.csv.gz \
+        | tail -n +3 | tee -a "$OUT/suite_replay.md"
+    TIDEPOOL_CONF=expandable_segments:True $BUILD/gpu_bench replay --only tidepool "$OUT"/suite/*.csv.gz \
+        | tail -n +3 | tee -a "$OUT/suite_replay.md"
+    rm -r "$OUT/suite"
+    ;;
+pip-only)
+    build
+    SP=$(python3 -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+    echo "== where NVIDIA's wheels keep CUDA's headers (torch's CUDA_HOME: $(python3 -c 'import torch.utils.cpp_extension as c; print(c.CUDA_HOME)'))"
+    find "$SP/nvidia" -maxdepth 4 -name include -type d 2>/dev/null | head -20
+    find "$SP/nvidia" -name cuda_runtime_api.h 2>/dev/null | head -3
+    venv=$(mktemp -d)/venv
+    python3 -m venv --system-site-packages "$venv"
+    nvcc_dir=$(dirname "$(command -v nvcc 2>/dev/null || echo /nonexistent/nvcc)")
+    path=$(echo "$PATH" | tr : '\n' | grep -vx "$nvcc_dir" | paste -sd:)
+    echo "== pip install --no-build-isolation ./python (nvcc off the PATH, no CUDA_HOME)"
+    time env -u CUDA_HOME -u CUDA_PATH -u TIDEPOOL_LIBRARY PATH="$venv/bin:$path" \
+        pip install -q --no-build-isolation ./python 2>&1 | tail -5
+    echo "== python -m tidepool, then the first enable() and a training step"
+    (cd /tmp && time env -u CUDA_HOME -u CUDA_PATH -u TIDEPOOL_LIBRARY PATH="$venv/bin:$path" python -m tidepool)
+    (cd /tmp && time env -u CUDA_HOME -u CUDA_PATH -u TIDEPOOL_LIBRARY PATH="$venv/bin:$path" python -c "
+import time, torch, tidepool.torch as tt
+t0 = time.time(); tt.enable(); print('enable() %.1f s' % (time.time() - t0))
+net = torch.nn.Linear(1024, 1024).cuda(); opt = torch.optim.AdamW(net.parameters())
+net(torch.randn(64, 1024, device='cuda')).sum().backward(); opt.step(); torch.cuda.synchronize()
+print('a training step under', torch.cuda.memory.get_allocator_backend())")
+    ;;
 *)
-    echo "usage: bench/gpu_run.sh tests | adaptors | train WORKLOADS [STEPS] | record-train [STEPS] | bench | history | seed [STEPS] | ddp [STEPS] | reliability | expandable | expandable-seed [STEPS] | record-seed [STEPS]"; exit 2 ;;
+    echo "usage: bench/gpu_run.sh tests | adaptors | train WORKLOADS [STEPS] | record-train [STEPS] | bench | history | seed [STEPS] | ddp [STEPS] | reliability | expandable | expandable-seed [STEPS] | record-seed [STEPS] | suite [FAMILIES] | pip-only"; exit 2 ;;
 esac
