@@ -12,6 +12,12 @@
  * page (cuMemMap + cuMemSetAccess) and unmapping it (cuMemUnmap), the calls that packing physical pages
  * by in-page offset would make.
  *
+ * Then copies: what a sleeping pool's offload and wake copy cost. 1 GiB from host memory made by
+ * cuMemHostAlloc (pinned, portable, as tidepool's CUDA backend makes it) and by malloc (pageable), to
+ * and from device memory of three kinds: cuMemAlloc, one handle mapped fresh for each copy (as a wake
+ * maps a run), and 2 MiB handles mapped one by one (as a pool grows past its mark). Synchronous
+ * cuMemcpyHtoD / cuMemcpyDtoH as tidepool calls them; GB/s, the best and the median of REPS.
+ *
  *   cc -O2 -I/usr/local/cuda/include bench/vm_cost.c -o vm_cost -lcuda && ./vm_cost [REPS]
  */
 #define _POSIX_C_SOURCE 200809L
@@ -102,6 +108,88 @@ static void alias_check(CUdeviceptr base, size_t page, const CUmemAllocationProp
         exit(1);
 }
 
+enum dest { DEST_ALLOC, DEST_ONE_HANDLE, DEST_PAGES, DEST_KINDS };
+
+/* Device memory of one kind at *ptr (for DEST_ALLOC) or mapped into [base, base + size). */
+static void dest_make(enum dest kind, CUdeviceptr base, size_t size, size_t page, const CUmemAllocationProp *prop,
+                      const CUmemAccessDesc *access, CUdeviceptr *ptr)
+{
+    if (kind == DEST_ALLOC) {
+        CHECK(cuMemAlloc(ptr, size));
+        return;
+    }
+    size_t unit = kind == DEST_ONE_HANDLE ? size : page;
+    for (size_t at = 0; at < size; at += unit) {
+        CUmemGenericAllocationHandle h;
+        CHECK(cuMemCreate(&h, unit, prop, 0));
+        CHECK(cuMemMap(base + at, unit, 0, h, 0));
+        CHECK(cuMemRelease(h));
+        CHECK(cuMemSetAccess(base + at, unit, access, 1));
+    }
+    *ptr = base;
+}
+
+static void dest_drop(enum dest kind, CUdeviceptr ptr, size_t size, size_t page)
+{
+    if (kind == DEST_ALLOC) {
+        CHECK(cuMemFree(ptr));
+        return;
+    }
+    size_t unit = kind == DEST_ONE_HANDLE ? size : page;
+    for (size_t at = 0; at < size; at += unit)
+        CHECK(cuMemUnmap(ptr + at, unit));
+}
+
+static void copy_cost(size_t page, const CUmemAllocationProp *prop, const CUmemAccessDesc *access, int reps)
+{
+    const size_t size = (size_t)1 << 30;
+    static const char *const dest_name[DEST_KINDS] = {"cuMemAlloc", "one handle, mapped fresh",
+                                                      "2 MiB handles"};
+    CUdeviceptr base;
+    CHECK(cuMemAddressReserve(&base, size, page, 0, 0));
+    void *pinned = NULL;
+    CHECK(cuMemHostAlloc(&pinned, size, 1 /* CU_MEMHOSTALLOC_PORTABLE */));
+    void *pageable = malloc(size);
+    if (!pageable)
+        exit(1);
+    for (size_t i = 0; i < size; i += 4096) { /* touched, as an offloaded copy's buffer is */
+        ((char *)pinned)[i] = 1;
+        ((char *)pageable)[i] = 1;
+    }
+    double *to_dev = malloc((size_t)reps * sizeof *to_dev), *to_host = malloc((size_t)reps * sizeof *to_host);
+    printf("\ncopies of 1 GiB, synchronous, GB/s (best / median of %d)\n", reps);
+    printf("| host memory | device memory | host to device | device to host |\n|---|---|---|---|\n");
+    for (int hostk = 0; hostk < 2; hostk++) {
+        void *host = hostk == 0 ? pinned : pageable;
+        for (int d = 0; d < DEST_KINDS; d++) {
+            for (int r = 0; r < reps; r++) {
+                CUdeviceptr dev;
+                dest_make((enum dest)d, base, size, page, prop, access, &dev);
+                double t0 = now_us();
+                CHECK(cuMemcpyHtoD(dev, host, size));
+                double t1 = now_us();
+                CHECK(cuMemcpyDtoH(host, dev, size));
+                double t2 = now_us();
+                dest_drop((enum dest)d, dev, size, page);
+                to_dev[r] = (double)size / ((t1 - t0) * 1e3);
+                to_host[r] = (double)size / ((t2 - t1) * 1e3);
+            }
+            double best_in = 0, best_out = 0;
+            for (int r = 0; r < reps; r++) {
+                best_in = to_dev[r] > best_in ? to_dev[r] : best_in;
+                best_out = to_host[r] > best_out ? to_host[r] : best_out;
+            }
+            printf("| %s | %s | %.1f / %.1f | %.1f / %.1f |\n", hostk == 0 ? "cuMemHostAlloc" : "malloc",
+                   dest_name[d], best_in, median(to_dev, reps), best_out, median(to_host, reps));
+        }
+    }
+    free(to_dev);
+    free(to_host);
+    free(pageable);
+    CHECK(cuMemFreeHost(pinned));
+    CHECK(cuMemAddressFree(base, size));
+}
+
 int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 31;
@@ -161,5 +249,6 @@ int main(int argc, char **argv)
     printf("cuCtxSynchronize on an idle device: %.1f us (median)\n", median(sync_us, reps));
     alias_check(base, granularity, &prop, &access, map_us, unmap_us, reps);
     CHECK(cuMemAddressFree(base, sizes[nsizes - 1]));
+    copy_cost(granularity, &prop, &access, reps < 5 ? reps : 5);
     return 0;
 }
