@@ -494,11 +494,22 @@ static void op_config(struct world *w)
     if (n == sizeof conf - 1)
         conf[n - 1] = '\0';
     clear_faults(); /* planned faults are for the allocator under test, not this one */
+    /* tide_config_check_backend's verdict is tide_create's, with the same words after the origin
+     * (TIDEPOOL_CONF, which tide_create reads and the check does not, is unset by LLVMFuzzerInitialize). */
+    char checked[1024];
+    tide_status by_check = tide_config_check_backend(&backend, conf, NULL);
+    snprintf(checked, sizeof checked, "%s", tide_last_error());
     tide_allocator *t = NULL;
     tide_status s = tide_create(&backend, conf, &t);
+    /* (Not a failure after the decisions: an injected fault in the device's mem_info, host memory.) */
+    if ((s == TIDE_OK || s == TIDE_EINVAL || s == TIDE_EUNSUPPORTED) && by_check != s)
+        die("tide_config_check_backend and tide_create disagree on a config", conf);
     if (s == TIDE_EINVAL) {
         if (t || !*tide_last_error())
             die("a rejected config returned an allocator or no message", conf);
+        const char *created = strstr(tide_last_error(), ": "), *said = strstr(checked, ": ");
+        if (!created || !said || strcmp(created, said) != 0)
+            die("tide_config_check_backend and tide_create refuse a config in different words", conf);
         return;
     }
     if (s == TIDE_EDEVICE) /* an injected fault in the device's mem_info */
