@@ -235,6 +235,15 @@ def check(status, what):
                                              L.tide_last_error().decode(errors="replace")))
 
 
+def check_memory(status, size, what, device="CUDA"):
+    """check() for a call that takes device memory: running out raises OutOfMemory (a MemoryError of
+    size bytes, with tidepool's report), any other failure TidepoolError. The message is this thread's
+    own (tide_last_error is per thread), so reading it after the call is safe."""
+    if status == TIDE_ENOMEM:
+        raise OutOfMemory(size, lib().tide_last_error().decode(errors="replace"), device)
+    check(status, what)
+
+
 def stats_json(allocator):
     """The statistics of one allocator (a tide_allocator pointer) as a dict."""
     import json
@@ -284,9 +293,7 @@ def devices_malloc(devices, device, size, stream):
     L = lib()
     out = ctypes.c_void_p()
     status = L.tide_devices_malloc(devices, device, size, stream, ctypes.byref(out))
-    if status == TIDE_ENOMEM:
-        raise OutOfMemory(size, L.tide_last_error().decode(errors="replace"))
-    check(status, "tide_malloc of %d bytes" % size)
+    check_memory(status, size, "tide_malloc of %d bytes" % size)
     return out.value
 
 
@@ -315,11 +322,7 @@ def pool_sleep(allocator, pool, offload):
 def pool_wake(allocator, pool, device="CUDA"):
     """tide_pool_wake: pages at the same addresses again, offloaded contents copied back. Raises
     OutOfMemory (the pool stays asleep, whole) when the device has too little room."""
-    L = lib()
-    status = L.tide_pool_wake(allocator, pool)
-    if status == TIDE_ENOMEM:
-        raise OutOfMemory(0, L.tide_last_error().decode(errors="replace"), device)
-    check(status, "tide_pool_wake of pool %d" % pool)
+    check_memory(lib().tide_pool_wake(allocator, pool), 0, "tide_pool_wake of pool %d" % pool, device)
 
 
 def pool_sleeping(allocator, pool):
@@ -331,12 +334,9 @@ def pool_sleeping(allocator, pool):
 def pool_malloc(allocator, size, stream, pool, device="CUDA"):
     """A block of size bytes from a private pool's own memory, ordered on stream."""
     size, stream = size_arg(size, "malloc: size"), stream_arg(stream, "malloc: stream")
-    L = lib()
     out = ctypes.c_void_p()
-    status = L.tide_malloc_pool(allocator, size, stream, pool, ctypes.byref(out))
-    if status == TIDE_ENOMEM:
-        raise OutOfMemory(size, L.tide_last_error().decode(errors="replace"), device)
-    check(status, "tide_malloc_pool of %d bytes" % size)
+    status = lib().tide_malloc_pool(allocator, size, stream, pool, ctypes.byref(out))
+    check_memory(status, size, "tide_malloc_pool of %d bytes" % size, device)
     return out.value
 
 

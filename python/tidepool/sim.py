@@ -87,10 +87,7 @@ class SimulatedDevice:
             status = L.tide_malloc(self._t, size, stream, ctypes.byref(out))
         finally:
             self._leave()
-        # the message is this thread's own (tide_last_error is per thread), so reading it after is safe
-        if status == _lib.TIDE_ENOMEM:
-            raise _lib.OutOfMemory(size, L.tide_last_error().decode(errors="replace"), "simulated device")
-        _lib.check(status, "tide_malloc of %d bytes" % size)
+        _lib.check_memory(status, size, "tide_malloc of %d bytes" % size, "simulated device")
         return out.value
 
     def free(self, ptr):
@@ -165,9 +162,7 @@ class SimulatedDevice:
             status = L.tide_malloc_pool(self._t, size, stream, pool, ctypes.byref(out))
         finally:
             self._leave()
-        if status == _lib.TIDE_ENOMEM:
-            raise _lib.OutOfMemory(size, L.tide_last_error().decode(errors="replace"), "simulated device")
-        _lib.check(status, "tide_malloc_pool of %d bytes" % size)
+        _lib.check_memory(status, size, "tide_malloc_pool of %d bytes" % size, "simulated device")
         return out.value
 
     def pool_memory(self, pool):

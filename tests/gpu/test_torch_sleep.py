@@ -17,19 +17,15 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-try:
-    import torch
-except ImportError:
-    print("skipped: PyTorch is not installed")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("skipped: no GPU")
-    sys.exit(77)
+import needs  # noqa: E402
+
+needs.modules(("torch", "PyTorch"))
+import torch  # noqa: E402
+needs.gpu(torch.cuda.device_count, "PyTorch")
 
 import tidepool.torch as tt  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checklist import check, finish  # noqa: E402
 
 GIB = 1 << 30
