@@ -305,6 +305,7 @@ tide_status tide_destroy(tide_allocator *t)
     }
     uint64_t refused_ranges;
     uint64_t refused = pressure_release_everything(t, &refused_ranges);
+    sleep_host_cache_drop(t, TIDE_POOL_ALL_HOST_BUFFERS);
     allocator_unlock_all(t);
     for (uint32_t i = 0; i < n; i++)
         heap_destroy(t->heaps[i]);

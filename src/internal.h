@@ -268,6 +268,10 @@ tide_status pool_sleep_mark(tide_allocator *t, tide_pool_id id, const char *verb
 void sleep_copy_free(tide_allocator *t, struct segment *run);
 /* The bytes of host memory an asleep run's copy holds (0: none). */
 size_t sleep_copy_bytes(const struct segment *run);
+/* Under the pressure lock: gives back the host buffers kept for the next sleep of pool (every pool's
+ * with TIDE_POOL_ALL_HOST_BUFFERS): tide_pool_empty_cache, the pool's last release, tide_destroy. */
+#define TIDE_POOL_ALL_HOST_BUFFERS ((tide_pool_id)0)
+void sleep_host_cache_drop(tide_allocator *t, tide_pool_id pool);
 
 /* ---- expandable.c: segments that grow (expandable_segments:True), under the pressure lock ------ */
 /* Maps the pages a request lacks, growing a run (or starting one), and takes the block from it. */

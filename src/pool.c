@@ -165,6 +165,7 @@ tide_status tide_pool_release(tide_allocator *t, tide_pool_id id)
     if (s == TIDE_OK && --p->use_count == 0) {
         for (uint32_t i = 0; i < p->nheaps; i++) /* a sleeping heap keeps it until it wakes */
             p->heaps[i]->keeps_memory = p->heaps[i]->sleeping;
+        sleep_host_cache_drop(t, id); /* no sleep of it is to come */
         forget_if_empty(t, p);
     }
     pthread_mutex_unlock(&t->heaps_lock);

@@ -514,6 +514,7 @@ tide_status pressure_empty_pool(tide_allocator *t, tide_pool_id pool, tide_relea
     tide_status s = device_synchronize(t, &seq);
     pthread_mutex_lock(&t->pressure); /* no heap changes pools meanwhile */
     r.drained_blocks = drain_after_synchronize(t, seq, s);
+    sleep_host_cache_drop(t, pool);
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
         if (h->pool_id != pool || h->sleeping) /* a sleeping pool's pages are gone already */

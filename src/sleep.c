@@ -49,10 +49,28 @@ struct sleep_extent {
 };
 
 struct sleep_copy {
-    void *host;                       /* from the backend's host_alloc */
-    size_t bytes;                     /* the host buffer's size: the extents' sum */
+    void *host;                       /* from the backend's host_alloc, or kept from an earlier sleep */
+    size_t host_bytes;                /* the host buffer's size */
+    size_t bytes;                     /* what the copy uses of it: the extents' sum */
     size_t n;
     struct sleep_extent extents[];
+};
+
+/* A pinned host buffer kept for the pool's next sleep. Pinning host memory costs far more than copying
+ * into it (the driver locks and maps every page: measured 0.4 s per GiB against 0.02 s for the copy),
+ * and unpinning costs most of a wake's time too; a pool that sleeps and wakes every phase of a loop
+ * would pay both each cycle. So a wake keeps the buffers its copies were in, tagged with the pool, and
+ * the pool's next sleep copies into them. They go back at the end of that sleep if it did not use
+ * them (so a pool keeps at most what its last sleep needed), when a sleep cannot get host memory (every
+ * pool's, before it asks again), with tide_pool_empty_cache of the pool, with the pool's last release,
+ * and with tide_destroy. Not with tide_empty_cache: that gives device memory back, and programs call it
+ * between phases, exactly where the next sleep would need the buffers again (PyTorch's empty_cache
+ * leaves its pinned host cache alone too). */
+struct host_buffer {
+    struct host_buffer *next;
+    void *ptr;
+    size_t bytes;
+    tide_pool_id pool;
 };
 
 /* ---- statistics ------------------------------------------------------------------------------------------ */
@@ -118,18 +136,70 @@ static struct sleep_copy *copy_plan(const struct segment *run, bool *none)
     return c;
 }
 
-static void copy_release(tide_allocator *t, struct sleep_copy *c)
+/* ---- pinned host buffers kept between sleeps, under the pressure lock ------------------------------- */
+
+/* The smallest buffer kept for pool that holds bytes, taken off the list; false if none. */
+static bool host_cache_take(tide_allocator *t, tide_pool_id pool, size_t bytes, void **ptr, size_t *size)
+{
+    struct host_buffer **best = NULL;
+    for (struct host_buffer **at = &t->sleep_host_cache; *at; at = &(*at)->next)
+        if ((*at)->pool == pool && (*at)->bytes >= bytes && (!best || (*at)->bytes < (*best)->bytes))
+            best = at;
+    if (!best)
+        return false;
+    struct host_buffer *b = *best;
+    *best = b->next;
+    *ptr = b->ptr;
+    *size = b->bytes;
+    t->sleep_host_cached -= b->bytes;
+    free(b);
+    return true;
+}
+
+/* Keeps a copy's buffer for pool's next sleep; gives it back if even the list's entry cannot be had. */
+static void host_cache_keep(tide_allocator *t, tide_pool_id pool, void *ptr, size_t bytes)
+{
+    struct host_buffer *b = malloc(sizeof *b);
+    if (!b) {
+        t->backend.host_free(t->backend.ctx, ptr, bytes);
+        return;
+    }
+    *b = (struct host_buffer){t->sleep_host_cache, ptr, bytes, pool};
+    t->sleep_host_cache = b;
+    t->sleep_host_cached += bytes;
+}
+
+void sleep_host_cache_drop(tide_allocator *t, tide_pool_id pool)
+{
+    for (struct host_buffer **at = &t->sleep_host_cache; *at;) {
+        struct host_buffer *b = *at;
+        if (pool != TIDE_POOL_ALL_HOST_BUFFERS && b->pool != pool) {
+            at = &b->next;
+            continue;
+        }
+        *at = b->next;
+        t->sleep_host_cached -= b->bytes;
+        t->backend.host_free(t->backend.ctx, b->ptr, b->bytes);
+        free(b);
+    }
+}
+
+/* A copy done with: its buffer kept for pool's next sleep (keep_for, from a wake), or given back
+ * (TIDE_POOL_ALL_HOST_BUFFERS: a failed sleep, tide_destroy). */
+static void copy_release(tide_allocator *t, struct sleep_copy *c, tide_pool_id keep_for)
 {
     if (!c)
         return;
-    if (c->host)
-        t->backend.host_free(t->backend.ctx, c->host, c->bytes);
+    if (c->host && keep_for != TIDE_POOL_ALL_HOST_BUFFERS)
+        host_cache_keep(t, keep_for, c->host, c->host_bytes);
+    else if (c->host)
+        t->backend.host_free(t->backend.ctx, c->host, c->host_bytes);
     free(c);
 }
 
 void sleep_copy_free(tide_allocator *t, struct segment *run)
 {
-    copy_release(t, run->copy);
+    copy_release(t, run->copy, TIDE_POOL_ALL_HOST_BUFFERS);
     run->copy = NULL;
 }
 
@@ -149,12 +219,21 @@ static tide_status copy_out(tide_allocator *t, struct heap *h, struct segment *r
     if (!c)
         return tide__fail(TIDE_EHOSTMEM, "tide_pool_sleep: out of host memory for the plan of a copy");
     char sz[32];
-    tide__clear_backend_message();
-    tide_status s = be->host_alloc(be->ctx, c->bytes, &c->host);
+    tide_status s = TIDE_OK;
+    if (!host_cache_take(t, h->pool_id, c->bytes, &c->host, &c->host_bytes)) {
+        tide__clear_backend_message();
+        c->host_bytes = c->bytes;
+        s = be->host_alloc(be->ctx, c->bytes, &c->host);
+        if (s == TIDE_ENOMEM && t->sleep_host_cached) { /* other pools' kept buffers first */
+            sleep_host_cache_drop(t, TIDE_POOL_ALL_HOST_BUFFERS);
+            tide__clear_backend_message();
+            s = be->host_alloc(be->ctx, c->bytes, &c->host);
+        }
+    }
     if (s != TIDE_OK) {
         format_bytes(c->bytes, sz);
         c->host = NULL;
-        copy_release(t, c);
+        copy_release(t, c, TIDE_POOL_ALL_HOST_BUFFERS);
         return tide__fail_with_context(s == TIDE_ENOMEM ? TIDE_EHOSTMEM : s, "tide_pool_sleep: taking %s of "
                                        "host memory from the %s backend for the pool's contents", sz,
                                        be->name);
@@ -164,7 +243,7 @@ static tide_status copy_out(tide_allocator *t, struct heap *h, struct segment *r
         tide__clear_backend_message();
         s = be->copy_to_host(be->ctx, (char *)c->host + e.offset, e.addr, e.size);
         if (s != TIDE_OK) {
-            copy_release(t, c);
+            copy_release(t, c, TIDE_POOL_ALL_HOST_BUFFERS);
             return tide__fail_with_context(s, "tide_pool_sleep: copying %s at 0x%llx to host memory",
                                            format_bytes(e.size, sz), (unsigned long long)e.addr);
         }
@@ -316,6 +395,7 @@ tide_status tide_pool_sleep(tide_allocator *t, tide_pool_id pool, unsigned flags
         for (struct segment *run = heaps[i]->segments; run && s == TIDE_OK; run = run->next)
             if (run->arena)
                 s = sleep_run(t, heaps[i], run, offload);
+    sleep_host_cache_drop(t, pool); /* what this sleep did not need */
     settle_and_unlock(t);
     allocator_debug_check(t, DEBUG_RESERVE_RELEASE, "tide_pool_sleep");
     return s;
@@ -499,7 +579,7 @@ tide_status tide_pool_wake(tide_allocator *t, tide_pool_id pool)
             run->asleep = false;
             run->copy = NULL;
             heap_unlock(heaps[i]);
-            copy_release(t, c);
+            copy_release(t, c, pool); /* its buffer, for the pool's next sleep */
         }
     if (s == TIDE_OK) /* awake: allocations come again, and the pool's use count decides what it keeps */
         pool_sleep_mark(t, pool, "tide_pool_wake", -1, NULL, NULL, NULL);

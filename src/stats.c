@@ -75,6 +75,7 @@ void stats_collect_locked(tide_allocator *t, tide_stats *out)
     s.num_sync_all_streams = t->num_sync_all_streams;
     s.num_gc_released = t->num_gc_released;
     s.device_call_ns = t->device_call_ns;
+    s.sleep_host_cached_bytes = t->sleep_host_cached;
     s.limit_bytes = t->limit;
     s.gc_threshold_bytes = t->gc_threshold;
     s.device_total_bytes = t->device_total;
@@ -146,7 +147,7 @@ size_t stats_to_json(const tide_stats *s, char *buf, size_t cap)
         {"num_gc_released", s->num_gc_released},           {"num_fence_errors", s->num_fence_errors},
         {"limit_bytes", s->limit_bytes},                   {"gc_threshold_bytes", s->gc_threshold_bytes},
         {"device_total_bytes", s->device_total_bytes},     {"num_streams", s->num_streams},
-        {"device_call_ns", s->device_call_ns},
+        {"device_call_ns", s->device_call_ns},             {"sleep_host_cached_bytes", s->sleep_host_cached_bytes},
     };
     struct json_out o = {buf, cap, 0, true};
     if (cap)

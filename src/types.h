@@ -355,6 +355,9 @@ struct tide_allocator {
     uint64_t num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_sync_all_streams,
         num_gc_released;                      /* under pressure */
     uint64_t device_call_ns;                  /* under pressure: see note_device_call */
+    struct host_buffer *sleep_host_cache;     /* sleep.c: a pool's pinned host buffers kept between its
+                                                 sleeps, under pressure */
+    size_t sleep_host_cached;                 /* their bytes, under pressure */
 
     pthread_mutex_t heaps_lock;               /* serializes heap creation */
     _Atomic(struct heap *) heap_table[2 * TIDE_MAX_HEAPS]; /* open addressing by stream */

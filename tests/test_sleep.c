@@ -121,11 +121,13 @@ static void sleep_and_wake(const char *conf, unsigned flags)
     CHECK_OK(tide_empty_cache(f.t, NULL));
     CHECK_OK(tide_check(f.t));
 
+    uint64_t copied = c.host_bytes;
     CHECK_OK(tide_pool_wake(f.t, pool));
     CHECK(sleeping(f.t, pool) == 0);
     CHECK_OK(tide_check(f.t));
     c = counters(f.sim);
-    CHECK(c.host_bytes == 0 && c.host_buffers == 0);
+    /* the host buffer stays for the pool's next offload, counted */
+    CHECK(c.host_bytes == copied && stats_of(f.t).sleep_host_cached_bytes == copied);
     CHECK_OK(tide_pool_memory(f.t, pool, &reserved_now, NULL));
     CHECK(reserved_now == pool_reserved);
     s = stats_of(f.t);
@@ -139,6 +141,20 @@ static void sleep_and_wake(const char *conf, unsigned flags)
     CHECK_OK(tide_malloc_pool(f.t, 4096, 0, pool, &r));
     memset(r, 1, 4096);
     CHECK_OK(tide_free(f.t, r));
+    if (flags & TIDE_SLEEP_OFFLOAD) { /* the next sleep copies into the kept buffer: no new pinning */
+        uint64_t host_allocs = counters(f.sim).calls[TIDE_SIM_HOST_ALLOC];
+        CHECK_OK(tide_pool_sleep(f.t, pool, flags));
+        CHECK(counters(f.sim).calls[TIDE_SIM_HOST_ALLOC] == host_allocs);
+        CHECK(stats_of(f.t).sleep_host_cached_bytes == 0 && counters(f.sim).host_bytes == copied);
+        CHECK_OK(tide_pool_wake(f.t, pool));
+        CHECK(pool_intact(p));
+        CHECK_OK(tide_empty_cache(f.t, NULL)); /* device memory only: the pool's buffer stays */
+        CHECK(counters(f.sim).host_bytes == copied);
+        CHECK_OK(tide_pool_empty_cache(f.t, pool, NULL)); /* the pool's: it goes */
+        CHECK(counters(f.sim).host_bytes == 0 && counters(f.sim).host_buffers == 0);
+        CHECK(stats_of(f.t).sleep_host_cached_bytes == 0);
+        CHECK_OK(tide_check(f.t));
+    }
     free_all(f.t, p);
     CHECK_OK(tide_free(f.t, outside));
     CHECK_OK(tide_pool_release(f.t, pool));
@@ -272,10 +288,11 @@ static void test_faults_then_repeat(void)
             /* a sleep interrupted after some runs' copies were taken still brings back every block */
             if (!(in_sleep && op == TIDE_SIM_UNMAP && failed))
                 CHECK(pool_intact(p));
-            CHECK(counters(f.sim).host_bytes == 0);
+            CHECK(counters(f.sim).host_bytes == stats_of(f.t).sleep_host_cached_bytes);
             free_all(f.t, p);
             CHECK_OK(tide_free(f.t, spread));
             CHECK_OK(tide_pool_release(f.t, pool));
+            CHECK(counters(f.sim).host_bytes == 0);
             fixture_close(&f);
         }
     }
@@ -402,7 +419,7 @@ static void test_hundred_cycles(void)
     CHECK_OK(tide_malloc_pool(f.t, 64 * MIB, 0, kv, &cache));
     tide_sim_counters start = counters(f.sim);
     int64_t reserved = reserved_of(f.t);
-    uint64_t first_maps = 0;
+    uint64_t first_maps = 0, first_host = 0, first_buffers = 0, host_allocs = 0;
     for (int cycle = 0; cycle < 100; cycle++) {
         CHECK_OK(tide_pool_sleep(f.t, weights, TIDE_SLEEP_OFFLOAD));
         CHECK_OK(tide_pool_sleep(f.t, kv, TIDE_SLEEP_DISCARD));
@@ -418,18 +435,29 @@ static void test_hundred_cycles(void)
             first_maps = maps;
         CHECK(maps == first_maps);
         CHECK_OK(tide_empty_cache(f.t, NULL)); /* the trainer's cache goes, the pools' stay */
+        /* host memory: the weights' buffers (one per run), pinned by the first cycle, reused by every
+         * other */
+        tide_sim_counters now = counters(f.sim);
+        if (cycle == 0) {
+            first_host = now.host_bytes;
+            first_buffers = now.host_buffers;
+            host_allocs = now.calls[TIDE_SIM_HOST_ALLOC];
+        }
+        CHECK(now.host_bytes == first_host && now.host_buffers == first_buffers);
+        CHECK(now.calls[TIDE_SIM_HOST_ALLOC] == host_allocs);
     }
     CHECK(pool_intact(p));
     tide_sim_counters end = counters(f.sim);
     CHECK(reserved_of(f.t) == reserved);
     CHECK(end.held_bytes == start.held_bytes);
-    CHECK(end.host_bytes == 0 && end.host_buffers == 0);
+    CHECK(first_host > 0 && end.host_bytes == first_host);
     CHECK(end.va_ranges <= start.va_ranges + 1); /* the trainer's stream has its range, if any */
     CHECK(end.live_fences == start.live_fences);
     CHECK_OK(tide_check(f.t));
     free_all(f.t, p);
     CHECK_OK(tide_free(f.t, cache));
-    CHECK_OK(tide_pool_release(f.t, weights));
+    CHECK_OK(tide_pool_release(f.t, weights)); /* its last release: the kept buffer goes */
+    CHECK(counters(f.sim).host_bytes == 0 && counters(f.sim).host_buffers == 0);
     CHECK_OK(tide_pool_release(f.t, kv));
     fixture_close(&f);
 }

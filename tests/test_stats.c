@@ -194,7 +194,7 @@ static void test_json_numbers_are_exact(void)
             {"num_gc_released", &s.num_gc_released},           {"num_fence_errors", &s.num_fence_errors},
             {"limit_bytes", &s.limit_bytes},                   {"gc_threshold_bytes", &s.gc_threshold_bytes},
             {"device_total_bytes", &s.device_total_bytes},     {"num_streams", &s.num_streams},
-            {"device_call_ns", &s.device_call_ns},
+            {"device_call_ns", &s.device_call_ns},             {"sleep_host_cached_bytes", &s.sleep_host_cached_bytes},
         };
         const struct {
             const char *name;

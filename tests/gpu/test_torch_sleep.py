@@ -145,15 +145,27 @@ def main():
     torch.cuda.synchronize()
     torch.cuda.empty_cache()  # the cycles end with empty_cache: so does their starting point
     start = (stats()["reserved_bytes.all.current"], resident_bytes(), device_used())
+    sleeps, wakes = [], []
     for _ in range(100):
+        t0 = time.perf_counter()
         tt.sleep(offload=("weights",), discard=("kv_cache",))
+        sleeps.append(time.perf_counter() - t0)
         t = torch.empty(GIB, dtype=torch.uint8, device="cuda")  # the trainer's phase
         del t
         torch.cuda.empty_cache()
+        t0 = time.perf_counter()
         tt.wake_up()
+        torch.cuda.synchronize()
+        wakes.append(time.perf_counter() - t0)
         g.replay()
     torch.cuda.synchronize()
     end = (stats()["reserved_bytes.all.current"], resident_bytes(), device_used())
+    sleeps.sort()
+    wakes.sort()
+    print("100 cycles of %.2f GiB offloaded and %.2f GiB discarded: sleep median %.1f ms (%.1f GB/s), wake median "
+          "%.1f ms (%.1f GB/s), host buffers kept between cycles %.2f GiB"
+          % (offloaded / GIB, kv_bytes / GIB, sleeps[50] * 1e3, offloaded / sleeps[50] / 1e9, wakes[50] * 1e3,
+             offloaded / wakes[50] / 1e9, stats()["sleep_host_cached_bytes"] / GIB))
     check(torch.equal(y, expected), "after 100 cycles the graph still gives identical results")
     check(end[0] == start[0], "100 cycles: reserved %d -> %d" % (start[0], end[0]))
     check(end[1] <= start[1] + 64 * (1 << 20), "100 cycles: host memory (resident) %.1f -> %.1f MiB"
