@@ -301,6 +301,14 @@ typedef struct tide_backend {
     void (*host_free)(void *ctx, void *ptr, size_t size);
     tide_status (*copy_to_host)(void *ctx, void *dst, uintptr_t src, size_t size);
     tide_status (*copy_to_device)(void *ctx, uintptr_t dst, const void *src, size_t size);
+
+    /* Optional; tide_ipc_open and tide_ipc_close need both. ipc_open maps the memory another
+     * process shared (handle, handle_len bytes: on CUDA a CUipcMemHandle) into this one and returns
+     * its address; ipc_close unmaps what ipc_open returned. tidepool never asks to open a handle that
+     * is open already (it counts the uses of each opening itself), and calls both under a lock of
+     * their own. */
+    tide_status (*ipc_open)(void *ctx, const void *handle, size_t handle_len, uintptr_t *out_addr);
+    tide_status (*ipc_close)(void *ctx, uintptr_t addr);
 } tide_backend;
 
 /* Gives back what a backend owns (its close function), if tide_create has not taken it over. */
@@ -373,9 +381,10 @@ TIDE_API tide_status tide_parse_size(const char *text, uint64_t *out);
 
 /* Synchronizes the device, releases every segment to the backend, and frees the allocator. Returns
  * TIDE_EBUSY (after freeing everything anyway) if allocations were still live or blocks still
- * referenced: the message says how many and how large. Returns TIDE_EDEVICE if the device failed to
- * synchronize or to take memory back (the allocator is freed all the same). NULL is allowed and does
- * nothing, and so is an allocator a forked child got from its parent (see FORK). */
+ * referenced: the message says how many and how large; likewise, after closing them, if openings
+ * of other processes' memory were still open (tide_ipc_open). Returns TIDE_EDEVICE if the device
+ * failed to synchronize or to take memory back (the allocator is freed all the same). NULL is allowed
+ * and does nothing, and so is an allocator a forked child got from its parent (see FORK). */
 TIDE_API tide_status tide_destroy(tide_allocator *t);
 
 /* Allocates size bytes (1 byte up to the device's total memory) for use on stream. The block is
@@ -592,6 +601,37 @@ TIDE_API tide_status tide_capture_end(tide_allocator *t);
 TIDE_API tide_status tide_capture_begin_stream(tide_allocator *t, tide_stream stream);
 TIDE_API tide_status tide_capture_end_stream(tide_allocator *t, tide_stream stream);
 TIDE_API tide_status tide_capturing(tide_allocator *t, tide_stream stream, uint32_t *out);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Memory of another process (IPC)                                                                   */
+/* ------------------------------------------------------------------------------------------------ */
+
+/* A process that receives device memory from another one (PyTorch's tensors sent through
+ * torch.multiprocessing) gets a handle of the sender's segment: on CUDA the 64 bytes of a
+ * CUipcMemHandle, which cuIpcGetMemHandle gives for the segment tide_segment_of names. Opening the
+ * handle maps that segment into this process. The driver opens a handle once per process and device:
+ * it must not be asked to open one again before it is closed. So tidepool keeps one opening per
+ * handle, counted, as PyTorch's allocator does: the first tide_ipc_open of a handle opens it through
+ * the backend, each later one returns the same address and counts one use more, each tide_ipc_close
+ * counts one use less, and the last closes it through the backend. The memory stays the sender's: it
+ * counts in no statistic, and nothing else (tide_empty_cache, tide_trim, the limit) touches it.
+ *
+ * tide_ipc_open: handle is handle_len bytes (1 to TIDE_IPC_HANDLE_MAX), compared byte for byte with
+ * those open already. *ptr receives the address of the start of the sender's segment in this process
+ * (NULL on failure). Needs a backend with the ipc_open and ipc_close calls (cuda, sim; see
+ * tide_sim_ipc_handle): TIDE_EUNSUPPORTED otherwise. A handle the device refuses fails with the
+ * backend's status and words, and nothing is counted.
+ * tide_ipc_close: ptr is an address tide_ipc_open gave. One that is not open (never opened here, or
+ * closed as many times as it was opened) is TIDE_EINVAL and changes nothing. If the device fails to
+ * close the last use, the opening stays open with one use and the call returns the device's error: a
+ * later tide_ipc_close, or tide_destroy, tries again.
+ * tide_destroy closes every opening still open, whatever its count, and returns TIDE_EBUSY saying how
+ * many there were (unless allocations were live as well, which its message names first).
+ * Any thread may open and close. Both hold a lock of their own (no other lock of the allocator) across
+ * the backend's call, so two threads opening one handle open it once. */
+#define TIDE_IPC_HANDLE_MAX 128
+TIDE_API tide_status tide_ipc_open(tide_allocator *t, const void *handle, size_t handle_len, void **ptr);
+TIDE_API tide_status tide_ipc_close(tide_allocator *t, void *ptr);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Statistics                                                                                        */

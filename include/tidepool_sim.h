@@ -78,6 +78,8 @@ typedef enum tide_sim_op {
     TIDE_SIM_HOST_ALLOC,       /* host memory for offloaded contents (tide_pool_sleep) */
     TIDE_SIM_COPY_TO_HOST,
     TIDE_SIM_COPY_TO_DEVICE,
+    TIDE_SIM_IPC_OPEN,         /* opening another device's segment (tide_ipc_open) */
+    TIDE_SIM_IPC_CLOSE,
     TIDE_SIM_OP_COUNT
 } tide_sim_op;
 TIDE_API void tide_sim_inject_fault(tide_sim *sim, tide_sim_op op, uint32_t skip, uint32_t count);
@@ -102,8 +104,24 @@ typedef struct tide_sim_counters {
                                   memory of offloaded contents) */
     uint64_t host_buffers;     /* ... in this many buffers */
     uint64_t copied_bytes;     /* by copy_to_host and copy_to_device, since creation */
+    uint64_t ipc_openings;     /* other devices' segments this one has open (ipc_open) and not closed */
 } tide_sim_counters;
 TIDE_API void tide_sim_get_counters(tide_sim *sim, tide_sim_counters *out);
+
+/* Memory shared between processes (CUDA IPC), simulated between devices of one process. Writes into
+ * handle the TIDE_SIM_IPC_HANDLE_BYTES bytes that name the segment holding addr (one reserve made; an
+ * address anywhere in it will do, as for cuIpcGetMemHandle), for another simulated device to open
+ * through its backend's ipc_open (tide_ipc_open on an allocator over that device). The opening device
+ * gets the segment's own address, since both live in one address space, and reads and writes what
+ * this one does. As the CUDA driver, a device refuses to open a handle of its own memory, a handle it
+ * has open already (a second open before the close fails, so a caller that does not count its
+ * openings shows), and a handle whose segment is gone. Unlike CUDA, where the memory lasts until the
+ * last opening closes, the memory goes when this device releases the segment: keep the block
+ * allocated while another device has it open, as PyTorch's reference counts do. Pages mapped into a
+ * reserved range (expandable segments) have no such handle: TIDE_EINVAL, as for any address that is
+ * not in a reserved segment. */
+#define TIDE_SIM_IPC_HANDLE_BYTES 64
+TIDE_API tide_status tide_sim_ipc_handle(tide_sim *sim, uintptr_t addr, void *handle);
 
 /* The name of a tide_sim_op ("reserve", "fence_create", ...). */
 TIDE_API const char *tide_sim_op_name(tide_sim_op op);

@@ -266,6 +266,7 @@ tide_status tide_create(const tide_backend *backend, const char *config, tide_al
     pthread_mutex_init(&t->heaps_lock, NULL);
     pthread_mutex_init(&t->history_lock, NULL);
     pthread_mutex_init(&t->history_write_lock, NULL);
+    pthread_mutex_init(&t->ipc_lock, NULL);
     *out = t;
     return TIDE_OK;
 }
@@ -316,16 +317,28 @@ tide_status tide_destroy(tide_allocator *t)
     pools_destroy(t);
     pthread_mutex_destroy(&t->history_lock);
     pthread_mutex_destroy(&t->history_write_lock);
+    /* Other processes' memory this one opened: closed while the backend is still there. */
+    size_t ipc_refused;
+    size_t ipc_left = ipc_close_all(t, &ipc_refused);
+    pthread_mutex_destroy(&t->ipc_lock);
     tide_backend_close(&t->backend);
     free(t);
 
-    char lb[32], hb[32], rb[32];
+    char lb[32], hb[32], rb[32], ipc[192] = "";
+    if (ipc_left)
+        snprintf(ipc, sizeof ipc, "%zu opening%s of another process's memory (tide_ipc_open) still open, "
+                 "closed now", ipc_left, ipc_left == 1 ? "" : "s");
+    if (ipc_refused)
+        snprintf(ipc + strlen(ipc), sizeof ipc - strlen(ipc), " (the device refused to close %zu)", ipc_refused);
     if (live || held)
         return tide__fail(TIDE_EBUSY, "tide_destroy: %lld allocation%s (%s) still live and %lld freed "
                           "block%s (%s) still referenced; their memory was returned to the device "
-                          "anyway", (long long)live, live == 1 ? "" : "s",
+                          "anyway%s%s", (long long)live, live == 1 ? "" : "s",
                           format_bytes((uint64_t)live_bytes, lb), (long long)held,
-                          held == 1 ? "" : "s", format_bytes((uint64_t)held_bytes, hb));
+                          held == 1 ? "" : "s", format_bytes((uint64_t)held_bytes, hb), ipc_left ? "; " : "",
+                          ipc);
+    if (ipc_left)
+        return tide__fail(TIDE_EBUSY, "tide_destroy: %s", ipc);
     if (refused || refused_ranges)
         return tide__fail_with_context(TIDE_EDEVICE, "tide_destroy: the device refused to take back %s of "
                                        "memory and %s of address ranges", format_bytes(refused, lb),

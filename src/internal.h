@@ -342,6 +342,11 @@ tide_status report_snapshot_take_locked(tide_allocator *t, tide_snapshot **out);
 tide_status report_leaks_locked(tide_allocator *t, struct leak_groups *out);
 tide_status report_leak_text(struct leak_groups *leaks, char **out, uint64_t *live);
 
+/* ---- ipc.c: openings of other processes' memory (tide_ipc_open, tide_ipc_close) ------------------ */
+/* tide_destroy: closes every opening still open, whatever its uses, and frees the table. Returns how
+ * many were open; *refused receives how many the backend failed to close. */
+size_t ipc_close_all(tide_allocator *t, size_t *refused);
+
 /* ---- allocator.c --------------------------------------------------------------------------------- */
 /* TIDE_EINVAL for any call on an allocator that a fork copied into this process, saying why (call
  * names the call). It touches nothing of t but its pid: its locks may have been held at the fork. */

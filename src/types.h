@@ -394,6 +394,11 @@ struct tide_allocator {
     pthread_mutex_t history_lock;             /* start, stop, readers; taken before heap locks */
     pthread_mutex_t history_write_lock;       /* the shared ring's writers, the interned tags: a leaf */
     struct tag_string *tags;                  /* interned tags, freed by tide_destroy */
+    /* Openings of other processes' memory (ipc.c): a leaf lock, held across the backend's ipc_open
+     * and ipc_close and taken with no other lock held, so that a handle is never opened twice. */
+    pthread_mutex_t ipc_lock;
+    struct ipc_opening *ipc;                  /* open handles, with their uses */
+    size_t nipc, ipc_cap;
 };
 
 /* ---- what the internal functions hand each other (internal.h) ---------------------------------------- */

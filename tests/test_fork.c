@@ -109,6 +109,9 @@ static void *live, *referenced;
 static tide_stream other;
 static tide_pool_id pool;
 static tide_devices *devices;
+static struct fixture sender;         /* another device, whose segment the parent has open */
+static void *sent, *opened;
+static unsigned char handle[TIDE_SIM_IPC_HANDLE_BYTES];
 
 #define REFUSED(call)                                                                              \
     do {                                                                                           \
@@ -165,6 +168,9 @@ static int every_call_refused(void *arg)
     REFUSED(tide_pool_restore(t, pool, NULL, 0));
     REFUSED(tide_capture_begin(t));
     REFUSED(tide_capture_end(t));
+    REFUSED(tide_ipc_open(t, handle, sizeof handle, &p)); /* open in the parent already */
+    CHECK(p == NULL);
+    REFUSED(tide_ipc_close(t, opened));
 
     /* The device: its stream threads are the parent's (and one is inside queued work). */
     tide_stream s2;
@@ -172,6 +178,7 @@ static int every_call_refused(void *arg)
     REFUSED(tide_sim_enqueue(parent.sim, 0, 0, wait_at_gate, NULL));
     REFUSED(tide_sim_stream_synchronize(parent.sim, other));
     REFUSED(tide_sim_synchronize(parent.sim));
+    REFUSED(tide_sim_ipc_handle(parent.sim, (uintptr_t)live, handle));
     tide_sim_inject_fault(parent.sim, TIDE_SIM_RESERVE, 0, 1); /* does nothing */
     tide_sim_counters c;
     tide_sim_get_counters(parent.sim, &c); /* as the fork left them */
@@ -209,10 +216,17 @@ static void open_parent(void)
     CHECK_OK(tide_pool_create(parent.t, &pool));
     CHECK_OK(tide_history_start(parent.t, 256, 0));
     CHECK_OK(tide_devices_create(NULL, &devices));
+    fixture_open(&sender, 0, NULL);
+    CHECK_OK(tide_malloc(sender.t, 4096, 0, &sent));
+    CHECK_OK(tide_sim_ipc_handle(sender.sim, (uintptr_t)sent, handle));
+    CHECK_OK(tide_ipc_open(parent.t, handle, sizeof handle, &opened));
 }
 
 static void close_parent(void)
 {
+    CHECK_OK(tide_ipc_close(parent.t, opened)); /* the parent's opening outlived the child's calls */
+    CHECK_OK(tide_free(sender.t, sent));
+    fixture_close(&sender);
     CHECK_OK(tide_history_stop(parent.t));
     CHECK_OK(tide_pool_release(parent.t, pool));
     CHECK_OK(tide_free(parent.t, referenced));
@@ -237,11 +251,13 @@ static void test_every_call_refused_with_every_lock_held(void)
     pthread_mutex_lock(&t->heaps_lock);
     pthread_mutex_lock(&t->history_lock);
     pthread_mutex_lock(&t->history_write_lock);
+    pthread_mutex_lock(&t->ipc_lock);
     for (uint32_t i = 0; i < nheaps; i++)
         heap_lock_and_settle(t->heaps[i]);
     in_child("every call, every lock held", every_call_refused, NULL);
     for (uint32_t i = nheaps; i-- > 0;)
         heap_unlock(t->heaps[i]);
+    pthread_mutex_unlock(&t->ipc_lock);
     pthread_mutex_unlock(&t->history_write_lock);
     pthread_mutex_unlock(&t->history_lock);
     pthread_mutex_unlock(&t->heaps_lock);

@@ -982,40 +982,27 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         std::memcpy(&text[2], &handle, sizeof handle);
         return {static_cast<ptrdiff_t>(reinterpret_cast<uintptr_t>(ptr) - base), text};
     }
-    // CUDA opens a sender's segment once per process: a second cudaIpcOpenMemHandle of the same handle
-    // fails. So each segment is opened once, shared by every tensor received from it (each holds the
-    // shared pointer), and closed with the last of them.
+    // CUDA opens a sender's segment once per process and device: a second cudaIpcOpenMemHandle of the
+    // same handle fails. tidepool's core keeps one opening per handle, counted (tide_ipc_open): each
+    // tensor received from the segment holds one use, and the last to go closes it.
     std::shared_ptr<void> getIpcDevPtr(std::string text) override
     {
-        cudaIpcMemHandle_t handle;
+        constexpr size_t handle_bytes = sizeof(cudaIpcMemHandle_t);
         const char *raw = text.data();
         TORCH_CHECK(!(text.size() >= 2 && text[1] == 'e'),
                     "tidepool: getIpcDevPtr: the sender shared a tensor of an expandable segment, which tidepool "
                     "cannot open yet; run the sending process with expandable_segments:False");
-        if (text.size() == 2 + sizeof handle && text[1] == 'c')
+        if (text.size() == 2 + handle_bytes && text[1] == 'c')
             raw += 2;
         else
-            TORCH_CHECK(text.size() == sizeof handle, "tidepool: getIpcDevPtr: not a CUDA IPC handle");
-        std::memcpy(&handle, raw, sizeof handle);
-        std::string key(reinterpret_cast<const char *>(&handle), sizeof handle);
-        key += static_cast<char>(c10::cuda::current_device());
-        std::lock_guard<std::mutex> g(ipc_lock_);
-        auto it = ipc_opened_.find(key);
-        if (it != ipc_opened_.end())
-            if (auto open = it->second.lock())
-                return open;
+            TORCH_CHECK(text.size() == handle_bytes, "tidepool: getIpcDevPtr: not a CUDA IPC handle");
+        tide_allocator *t = allocator_of(c10::cuda::current_device());
         void *p = nullptr;
-        C10_CUDA_CHECK(cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess));
-        // Closed under the same lock as opening, so a segment is never opened again before it is closed.
-        std::shared_ptr<void> open(p, [this, key](void *q) {
-            std::lock_guard<std::mutex> lock(ipc_lock_);
-            auto found = ipc_opened_.find(key);
-            if (found != ipc_opened_.end() && found->second.expired())
-                ipc_opened_.erase(found);
-            (void)cudaIpcCloseMemHandle(q);
-        });
-        ipc_opened_[key] = open;
-        return open;
+        tide_status s = tide_ipc_open(t, raw, handle_bytes, &p);
+        TORCH_CHECK(s == TIDE_OK, "tidepool: getIpcDevPtr: ", tide_last_error());
+        // The set of allocators lives as long as the process (enable() never destroys it), so t outlives
+        // every tensor that holds this.
+        return std::shared_ptr<void>(p, [t](void *q) { (void)tide_ipc_close(t, q); });
     }
 
   private:
@@ -1041,8 +1028,6 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     std::atomic<bool> expandable_{false};
     std::mutex uncached_lock_;
     std::set<void *> uncached_;
-    std::mutex ipc_lock_;
-    std::map<std::string, std::weak_ptr<void>> ipc_opened_;
     std::mutex hooks_lock_;
     std::vector<std::shared_ptr<cca::CUDAAllocator>> pool_allocators_; // MemPool(allocator=...)
     std::atomic<bool> has_trackers_{false};

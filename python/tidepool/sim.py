@@ -215,10 +215,10 @@ class SimulatedDevice:
             self._leave()
         ops = ("reserve", "release", "fence_create", "fence_record", "fence_query", "synchronize", "mem_info",
                "fill", "verify", "va_reserve", "va_release", "map", "unmap", "host_alloc", "copy_to_host",
-               "copy_to_device")
+               "copy_to_device", "ipc_open", "ipc_close")
         n = len(ops)
         tail = ("held_bytes", "held_segments", "mapped_pages", "va_ranges", "live_fences", "host_bytes",
-                "host_buffers", "copied_bytes")
+                "host_buffers", "copied_bytes", "ipc_openings")
         out = {"calls": dict(zip(ops, raw[:n])), "failures": dict(zip(ops, raw[n:2 * n]))}
         out.update(zip(tail, raw[2 * n:2 * n + len(tail)]))
         return out

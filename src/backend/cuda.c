@@ -51,6 +51,9 @@ typedef struct {
     CUmemLocation location;
     int flags;                        /* CUmemAccess_flags */
 } CUmemAccessDesc;
+typedef struct {
+    char reserved[64];                /* CU_IPC_HANDLE_SIZE */
+} CUipcMemHandle;
 
 enum {
     CUDA_SUCCESS = 0,
@@ -62,6 +65,7 @@ enum {
     CU_MEM_LOCATION_TYPE_DEVICE = 1,
     CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
     CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
+    CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1,
 };
 
 /* The driver functions tidepool uses, by the names the driver exports. */
@@ -113,6 +117,9 @@ static struct driver {
     CUresult (*MemFreeHost)(void *);
     CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
     CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    /* another process's memory (tide_ipc_open); optional: unsupported without them */
+    CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
+    CUresult (*IpcCloseMemHandle)(CUdeviceptr);
 } cu;
 
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
@@ -133,8 +140,9 @@ static void load_driver(void)
             return;
         driver_problem[0] = '\0';
     }
-    /* Every symbol is required, except the virtual memory calls (CUDA 10.2 and later): without them
-     * expandable segments are unsupported (vm_setup), and all else works. */
+    /* Every symbol is required, except those marked OPTIONAL: the virtual memory calls (CUDA 10.2 and
+     * later), without which expandable segments are unsupported (vm_setup), and the calls of sleeping
+     * pools' offload and of IPC, without which those are; all else works. */
     static const struct {
         const char *name;
         size_t offset;
@@ -182,6 +190,8 @@ static void load_driver(void)
         OPTIONAL(MemFreeHost, "cuMemFreeHost"),
         OPTIONAL(MemcpyDtoH, "cuMemcpyDtoH_v2"),
         OPTIONAL(MemcpyHtoD, "cuMemcpyHtoD_v2"),
+        OPTIONAL(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2"),
+        OPTIONAL(IpcCloseMemHandle, "cuIpcCloseMemHandle"),
 #undef SYMBOL
 #undef OPTIONAL
     };
@@ -550,6 +560,37 @@ static tide_status cuda_copy_to_device(void *ctx, uintptr_t dst, const void *src
     return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuMemcpyHtoD");
 }
 
+/* ---- another process's memory (tide_ipc_open) ------------------------------------------------------ */
+
+/* Opened with peer access enabled lazily, as PyTorch's allocator opens a handle: the memory may be on
+ * another device than this context's. tidepool opens each handle once (ipc.c), which is all the
+ * driver allows before it is closed. */
+static tide_status cuda_ipc_open(void *ctx, const void *handle, size_t handle_len, uintptr_t *out)
+{
+    CUipcMemHandle h;
+    if (handle_len != sizeof h) {
+        tide_backend_error("cuda: ipc_open: a CUDA IPC handle is %zu bytes, not %zu", sizeof h, handle_len);
+        return TIDE_EINVAL;
+    }
+    memcpy(&h, handle, sizeof h);
+    CUdeviceptr p = 0;
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.IpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+    if (r != CUDA_SUCCESS)
+        return driver_failed(r, "cuIpcOpenMemHandle");
+    *out = (uintptr_t)p;
+    return TIDE_OK;
+}
+
+static tide_status cuda_ipc_close(void *ctx, uintptr_t addr)
+{
+    CUresult r;
+    IN_CONTEXT(ctx, r, cu.IpcCloseMemHandle((CUdeviceptr)addr));
+    if (r == CUDA_ERROR_DEINITIALIZED) /* at exit: the mapping went with the driver */
+        return TIDE_OK;
+    return r == CUDA_SUCCESS ? TIDE_OK : driver_failed(r, "cuIpcCloseMemHandle");
+}
+
 /* Fills in the page size and the access list; leaves virtual memory off (NULL functions) if the
  * driver lacks it. */
 static void vm_setup(struct cuda_device *d, const int *peers, int npeers, tide_backend *out)
@@ -681,6 +722,10 @@ tide_status tide_backend_cuda_peers(int device, const int *peers, int npeers, ti
         out->host_free = cuda_host_free;
         out->copy_to_host = cuda_copy_to_host;
         out->copy_to_device = cuda_copy_to_device;
+    }
+    if (cu.IpcOpenMemHandle && cu.IpcCloseMemHandle) {
+        out->ipc_open = cuda_ipc_open;
+        out->ipc_close = cuda_ipc_close;
     }
     return TIDE_OK;
 }

@@ -18,6 +18,11 @@
  * Faults can be injected into any backend call (the Nth call fails), and every call is counted, so
  * tests can assert exactly what tidepool asked of the device.
  *
+ * Memory shared between processes (CUDA IPC) is simulated between devices: a device names one of its
+ * segments in a handle (tide_sim_ipc_handle), and another device opens it (ipc_open), getting the
+ * segment's own address. Every device of the process is on one list, so that opening can check that
+ * the segment is still there. A device opens a handle once until it closes it, as the CUDA driver.
+ *
  * A child process's copy of a device made before a fork has no stream threads: every call on it fails
  * at once, without a lock (the parent's threads may have held them), but for tide_sim_get_counters,
  * which reads the counters as the fork left them, and tide_sim_destroy, which leaves the copy alone.
@@ -83,6 +88,11 @@ struct fault_plan {
     uint32_t skip, count;
 };
 
+struct sim_opening {                  /* another device's segment this one opened (ipc_open) */
+    uint64_t device, segment;         /* their ids */
+    uintptr_t addr;
+};
+
 struct tide_sim {
     pthread_mutex_t lock;             /* everything below except the streams' queues */
     uint64_t total, held, held_segments, live_fences;
@@ -101,6 +111,10 @@ struct tide_sim {
     uint64_t calls[TIDE_SIM_OP_COUNT], failures[TIDE_SIM_OP_COUNT];
     uint32_t forks;                   /* process_forks when made: another count means a child's copy */
     int pid;
+    uint64_t id;                      /* unique in the process: handles name their device by it */
+    tide_sim *next_device;            /* the process's devices (devices_lock) */
+    struct sim_opening *openings;
+    size_t nopenings, openings_cap;
 };
 
 static bool forked(const tide_sim *sim) { return TIDE_UNLIKELY(sim->forks != forks_now()); }
@@ -128,9 +142,19 @@ static struct claim {
 } *claims;                            /* sorted by address, disjoint */
 static size_t nclaims, claims_cap;
 
-/* A thread of the parent may have held claims_lock at the fork; the child's devices claim afresh. */
-static void reset_claims_in_child(void) { claims_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER; }
-__attribute__((constructor)) static void watch_forks(void) { pthread_atfork(NULL, NULL, reset_claims_in_child); }
+/* Every device of the process, for ipc_open to find the one that made a handle. */
+static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
+static tide_sim *devices;
+static uint64_t device_ids;           /* the last id given (devices_lock) */
+
+/* A thread of the parent may have held claims_lock or devices_lock at the fork; the child's devices
+ * claim afresh. */
+static void reset_locks_in_child(void)
+{
+    claims_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    devices_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+}
+__attribute__((constructor)) static void watch_forks(void) { pthread_atfork(NULL, NULL, reset_locks_in_child); }
 
 /* Claims the lowest free range of `claim` bytes and returns its address, or NULL. */
 static void *address_claim(size_t claim)
@@ -195,7 +219,7 @@ static void host_unmap(const tide_sim *sim, uintptr_t addr, size_t size)
 static const char *op_names[TIDE_SIM_OP_COUNT] = {
     "reserve", "release", "fence_create", "fence_record", "fence_query", "synchronize", "mem_info",
     "fill", "verify", "va_reserve", "va_release", "map", "unmap", "host_alloc", "copy_to_host",
-    "copy_to_device",
+    "copy_to_device", "ipc_open", "ipc_close",
 };
 
 const char *tide_sim_op_name(tide_sim_op op)
@@ -254,6 +278,7 @@ void tide_sim_get_counters(tide_sim *sim, tide_sim_counters *out)
     out->host_bytes = sim->host_bytes;
     out->host_buffers = sim->host_buffers;
     out->copied_bytes = sim->copied_bytes;
+    out->ipc_openings = sim->nopenings;
     if (locked)
         pthread_mutex_unlock(&sim->lock);
 }
@@ -969,6 +994,134 @@ static tide_status sim_copy_to_device(void *ctx, uintptr_t dst, const void *src,
     return sim_copy(ctx, TIDE_SIM_COPY_TO_DEVICE, (void *)dst, src, dst, size);
 }
 
+/* ---- memory shared between processes (CUDA IPC), between devices here ----------------------------- */
+
+#define SIM_IPC_MAGIC "tidesim"
+
+struct sim_ipc_handle {
+    char magic[8];                    /* SIM_IPC_MAGIC */
+    uint64_t device, segment;         /* the ids of the device that made it and of the segment */
+    uint64_t addr, size;
+    unsigned char zero[24];
+};
+_Static_assert(sizeof(struct sim_ipc_handle) == TIDE_SIM_IPC_HANDLE_BYTES, "a handle is 64 bytes, as CUDA's");
+
+tide_status tide_sim_ipc_handle(tide_sim *sim, uintptr_t addr, void *handle)
+{
+    if (!sim || !handle)
+        return tide__fail(TIDE_EINVAL, "tide_sim_ipc_handle: %s is NULL", sim ? "handle" : "the device");
+    if (forked(sim))
+        return refuse_forked(sim, "tide_sim_ipc_handle");
+    struct sim_ipc_handle h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, SIM_IPC_MAGIC, sizeof h.magic);
+    bool found = false;
+    pthread_mutex_lock(&sim->lock);
+    for (size_t i = 0; i < sim->nsegments && !found; i++) {
+        const struct sim_segment *seg = &sim->segments[i];
+        if (addr >= seg->addr && addr - seg->addr < seg->size) {
+            h.device = sim->id;
+            h.segment = seg->id;
+            h.addr = seg->addr;
+            h.size = seg->size;
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&sim->lock);
+    if (!found)
+        return tide__fail(TIDE_EINVAL, "tide_sim_ipc_handle of 0x%llx: not in a segment this device reserved",
+                          (unsigned long long)addr);
+    memcpy(handle, &h, sizeof h);
+    return TIDE_OK;
+}
+
+/* Whether the segment a handle names is still reserved by its device. */
+static bool exported_segment_there(const struct sim_ipc_handle *h)
+{
+    bool there = false;
+    pthread_mutex_lock(&devices_lock);
+    for (tide_sim *d = devices; d; d = d->next_device) {
+        if (d->id != h->device || forked(d)) /* a parent's device, copied by a fork: its lock may be held */
+            continue;
+        pthread_mutex_lock(&d->lock);
+        for (size_t i = 0; i < d->nsegments && !there; i++)
+            there = d->segments[i].id == h->segment && d->segments[i].addr == h->addr &&
+                    d->segments[i].size == h->size;
+        pthread_mutex_unlock(&d->lock);
+    }
+    pthread_mutex_unlock(&devices_lock);
+    return there;
+}
+
+static tide_status sim_ipc_open(void *ctx, const void *handle, size_t handle_len, uintptr_t *out)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_IPC_OPEN))
+        return TIDE_EDEVICE;
+    struct sim_ipc_handle h;
+    memset(&h, 0, sizeof h);
+    if (handle_len == sizeof h)
+        memcpy(&h, handle, sizeof h);
+    if (memcmp(h.magic, SIM_IPC_MAGIC, sizeof h.magic) != 0) {
+        tide_backend_error("sim: ipc_open: these %zu bytes are not a handle from tide_sim_ipc_handle", handle_len);
+        return TIDE_EINVAL;
+    }
+    if (h.device == sim->id) {
+        tide_backend_error("sim: ipc_open: the handle names a segment of this very device (0x%llx); the CUDA "
+                           "driver refuses to open a handle in the process that made it", (unsigned long long)h.addr);
+        return TIDE_EINVAL;
+    }
+    if (!exported_segment_there(&h)) {
+        tide_backend_error("sim: ipc_open: the segment the handle names (0x%llx, %llu bytes) is gone: its "
+                           "device released it, or was destroyed", (unsigned long long)h.addr,
+                           (unsigned long long)h.size);
+        return TIDE_EINVAL;
+    }
+    pthread_mutex_lock(&sim->lock);
+    for (size_t i = 0; i < sim->nopenings; i++)
+        if (sim->openings[i].device == h.device && sim->openings[i].segment == h.segment) {
+            pthread_mutex_unlock(&sim->lock);
+            tide_backend_error("sim: ipc_open: the handle of 0x%llx is open on this device already; as with "
+                               "the CUDA driver, a handle is opened once until it is closed",
+                               (unsigned long long)h.addr);
+            return TIDE_EDEVICE;
+        }
+    if (sim->nopenings == sim->openings_cap) {
+        size_t cap = sim->openings_cap ? 2 * sim->openings_cap : 8;
+        struct sim_opening *grown = realloc(sim->openings, cap * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&sim->lock);
+            tide_backend_error("sim: ipc_open: out of host memory to track an opening");
+            return TIDE_EHOSTMEM;
+        }
+        sim->openings = grown;
+        sim->openings_cap = cap;
+    }
+    sim->openings[sim->nopenings++] = (struct sim_opening){h.device, h.segment, (uintptr_t)h.addr};
+    pthread_mutex_unlock(&sim->lock);
+    *out = (uintptr_t)h.addr;
+    return TIDE_OK;
+}
+
+static tide_status sim_ipc_close(void *ctx, uintptr_t addr)
+{
+    tide_sim *sim = ctx;
+    if (injected_fault(sim, TIDE_SIM_IPC_CLOSE))
+        return TIDE_EDEVICE;
+    pthread_mutex_lock(&sim->lock);
+    size_t i = 0;
+    while (i < sim->nopenings && sim->openings[i].addr != addr)
+        i++;
+    if (i == sim->nopenings) {
+        pthread_mutex_unlock(&sim->lock);
+        tide_backend_error("sim: ipc_close of 0x%llx: this device opened no handle there", (unsigned long long)addr);
+        return TIDE_EINVAL;
+    }
+    sim->openings[i] = sim->openings[--sim->nopenings];
+    pthread_mutex_unlock(&sim->lock);
+    return TIDE_OK;
+}
+
 tide_backend tide_sim_backend(tide_sim *sim)
 {
     tide_backend b;
@@ -996,6 +1149,8 @@ tide_backend tide_sim_backend(tide_sim *sim)
     b.host_free = sim_host_free;
     b.copy_to_host = sim_copy_to_host;
     b.copy_to_device = sim_copy_to_device;
+    b.ipc_open = sim_ipc_open;
+    b.ipc_close = sim_ipc_close;
     return b;
 }
 
@@ -1039,6 +1194,11 @@ tide_status tide_sim_create(const tide_sim_options *opts, tide_sim **out)
         return s;
     }
     sim->nstreams = 1;
+    pthread_mutex_lock(&devices_lock);
+    sim->id = ++device_ids;
+    sim->next_device = devices;
+    devices = sim;
+    pthread_mutex_unlock(&devices_lock);
     *out = sim;
     return TIDE_OK;
 }
@@ -1049,6 +1209,13 @@ void tide_sim_destroy(tide_sim *sim)
      * child's exit to reclaim. */
     if (!sim || forked(sim))
         return;
+    pthread_mutex_lock(&devices_lock);
+    for (tide_sim **p = &devices; *p; p = &(*p)->next_device)
+        if (*p == sim) {
+            *p = sim->next_device;
+            break;
+        }
+    pthread_mutex_unlock(&devices_lock);
     tide_sim_synchronize(sim);
     for (uint32_t i = 0; i < sim->nstreams; i++)
         stream_stop(sim->streams[i]);
@@ -1060,6 +1227,7 @@ void tide_sim_destroy(tide_sim *sim)
         free(sim->vranges[i].page_ids);
     }
     free(sim->vranges);
+    free(sim->openings);
     free(sim->streams);
     pthread_mutex_destroy(&sim->lock);
     free(sim);
