@@ -677,12 +677,15 @@ static void op_fault(struct world *w)
 
 static void op_stats(struct world *w)
 {
-    char buf[8192];
+    char buf[16384];
     size_t len;
     if (tide_stats_json(w->t, buf, sizeof buf, &len) != TIDE_OK || len == 0)
         die("tide_stats_json failed", tide_last_error());
-    if (byte(w) & 1 && tide_reset_peak_stats(w->t) != TIDE_OK)
+    unsigned b = byte(w);
+    if (b & 1 && tide_reset_peak_stats(w->t) != TIDE_OK)
         die("tide_reset_peak_stats failed", tide_last_error());
+    if (b & 2 && tide_reset_accumulated_stats(w->t) != TIDE_OK)
+        die("tide_reset_accumulated_stats failed", tide_last_error());
 }
 
 /* ---- private pools, captures and checkpoints ------------------------------------------------------ */

@@ -650,7 +650,16 @@ typedef struct tide_stat {
                        (reserved_bytes' peak is always exact) */
 } tide_stat;
 
-#define TIDE_STATS_VERSION 4
+/* What a statistic gained and lost since creation or tide_reset_accumulated_stats: PyTorch's
+ * ".allocated" and ".freed". Each event that changes a statistic counts its change once, in allocated
+ * if it raised it, in freed if it lowered it, so that allocated - freed is how far current has moved
+ * since then (exactly, with any number of streams). */
+typedef struct tide_stat_accumulated {
+    int64_t allocated;
+    int64_t freed;
+} tide_stat_accumulated;
+
+#define TIDE_STATS_VERSION 5
 
 typedef struct tide_stats {
     uint32_t struct_size;          /* set by the caller: sizeof(tide_stats); fields past it are left
@@ -673,7 +682,7 @@ typedef struct tide_stats {
     tide_stat segment[TIDE_POOL_COUNT];             /* segments held */
     tide_stat pending_free_blocks[TIDE_POOL_COUNT]; /* PENDING blocks */
 
-    /* Events, since creation. */
+    /* Events, since creation or tide_reset_accumulated_stats. */
     uint64_t num_alloc_retries;    /* allocations that went into the out-of-memory ladder */
     uint64_t num_ooms;             /* allocations that failed with TIDE_ENOMEM */
     uint64_t num_device_alloc;     /* segments reserved from the backend */
@@ -691,7 +700,8 @@ typedef struct tide_stats {
     uint64_t num_streams;          /* streams that have allocated */
 
     /* Since version 2 (fields are only ever added at the end). */
-    uint64_t device_call_ns;       /* since creation: time in the backend's calls that reserve and
+    uint64_t device_call_ns;       /* since creation or tide_reset_accumulated_stats: time in the
+                                      backend's calls that reserve and
                                       release device memory (with expandable segments, that map and
                                       unmap pages): what the driver cost the program (a release may
                                       wait for the device) */
@@ -703,6 +713,38 @@ typedef struct tide_stats {
     /* Since version 4. */
     uint64_t sleep_host_cached_bytes; /* pinned host memory kept, once an offloaded pool woke, for its
                                          next offload (see tide_pool_wake) */
+
+    /* Since version 5: PyTorch's remaining statistics, and what each gained and lost. */
+    tide_stat active[TIDE_POOL_COUNT];   /* ACTIVE or PENDING blocks (PyTorch's "active"). Its peak is
+                                            allocation's peak plus pending_free_blocks': exact while no
+                                            free has waited for the device, else an upper bound */
+    tide_stat oversize_allocations;      /* ACTIVE blocks of max_split_size bytes or more (none without
+                                            the config key max_split_size_mb), all pools */
+    tide_stat oversize_segments;         /* segments of max_split_size bytes or more held, all pools
+                                            (reservations: a run of pages is not one) */
+    /* Per statistic of the same name above (oversize: one each). What counts as a gain and a loss:
+     *   allocation, active, allocated_bytes, active_bytes, requested_bytes: allocated counts the blocks
+     *     (their bytes, as allocated or as requested) made ACTIVE by tide_malloc, tide_malloc_pool and
+     *     tide_pool_restore; freed counts them as tide_free lets them go (allocation, allocated_bytes,
+     *     requested_bytes) or as they become FREE (active, active_bytes: after their pending uses).
+     *   segment, reserved_bytes: segments reserved and released (one the device refused to take
+     *     back counts as released and reserved again), and with pages (expandable segments,
+     *     sleepable pools) pages mapped and unmapped, a pool's sleep and wake included; a change of
+     *     runs of pages counts its net change (a run split in two by an unmap gains a segment, two
+     *     runs joined lose one).
+     *   inactive_split_bytes: a free gains its block's bytes, unless its segment became wholly free,
+     *     when the other free bytes of the segment are lost from it; an allocation loses its block's
+     *     bytes, unless it split a wholly free segment, when the rest is gained.
+     *   oversize_allocations, oversize_segments: as allocation and segment, for those of
+     *     max_split_size bytes or more.
+     * For each, current less its value at the reset is allocated - freed. */
+    struct {
+        tide_stat_accumulated allocation[TIDE_POOL_COUNT], segment[TIDE_POOL_COUNT], active[TIDE_POOL_COUNT];
+        tide_stat_accumulated allocated_bytes[TIDE_POOL_COUNT], reserved_bytes[TIDE_POOL_COUNT];
+        tide_stat_accumulated active_bytes[TIDE_POOL_COUNT], inactive_split_bytes[TIDE_POOL_COUNT];
+        tide_stat_accumulated requested_bytes[TIDE_POOL_COUNT];
+        tide_stat_accumulated oversize_allocations, oversize_segments;
+    } accumulated;
 } tide_stats;
 
 /* Fills *out. Set out->struct_size = sizeof(*out) first. */
@@ -712,8 +754,14 @@ TIDE_API tide_status tide_get_stats(tide_allocator *t, tide_stats *out);
  * HOLDING MEMORY). */
 TIDE_API tide_status tide_reset_peak_stats(tide_allocator *t);
 
+/* Resets what is accumulated (PyTorch's reset_accumulated_memory_stats): every statistic's allocated
+ * and freed to 0, and the counts of events (num_alloc_retries ... num_fence_errors) and device_call_ns
+ * to 0. Current values and peaks stay. */
+TIDE_API tide_status tide_reset_accumulated_stats(tide_allocator *t);
+
 /* Writes the statistics as one JSON object with PyTorch's flat key names ("allocated_bytes.all.current",
- * "reserved_bytes.large_pool.peak", "num_ooms", ...) into buf, NUL-terminated. Every value is a
+ * "reserved_bytes.large_pool.peak", "segment.small_pool.allocated", "oversize_allocations.freed",
+ * "num_ooms", ...) into buf, NUL-terminated. Every value is a
  * whole number written in its field's own type: the per-pool statistics as int64_t, the counts and
  * settings (num_*, limit_bytes, ...) as uint64_t, up to 2^64 - 1. *len (if not NULL)
  * receives the length the whole text needs, without the NUL; if that is >= cap, the text was cut and

@@ -827,6 +827,15 @@ tide_status tide_reset_peak_stats(tide_allocator *t)
     return TIDE_OK;
 }
 
+tide_status tide_reset_accumulated_stats(tide_allocator *t)
+{
+    CHECK_ALLOCATOR(t);
+    allocator_lock_all(t);
+    stats_reset_accumulated_locked(t);
+    allocator_unlock_all(t);
+    return TIDE_OK;
+}
+
 tide_status tide_stats_json(tide_allocator *t, char *buf, size_t cap, size_t *len)
 {
     CHECK_ALLOCATOR(t);

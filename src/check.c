@@ -28,6 +28,7 @@ struct tally {
     int64_t reserved, allocated, requested, pending, idle, cached, inactive_split;
     int64_t allocation, segment, pending_blocks;
     int64_t asleep, offloaded;        /* sleeping pools' runs: bytes unmapped, bytes in host copies */
+    int64_t oversize_blocks, oversize_segments; /* of max_split_size or more: ACTIVE, reservations */
     size_t free_blocks;
 };
 
@@ -119,6 +120,7 @@ static void check_block(struct checker *c, size_t guard, struct heap *h, struct 
         tl->allocated += (int64_t)b->size;
         tl->requested += (int64_t)b->requested;
         tl->allocation++;
+        tl->oversize_blocks += b->size >= h->stats.oversize_min;
         if (mapped != b)
             problem(c, "ACTIVE block 0x%llx is not in the pointer map", a);
         else if (b->map_slot >= h->map.cap || h->map.slots[b->map_slot] != b)
@@ -158,6 +160,9 @@ static void check_segment(struct checker *c, tide_allocator *t, struct heap *h, 
         problem(c, "segment 0x%llx is not found by the segment map", base);
     tl->reserved += (int64_t)seg->size;
     tl->segment++;
+    if (seg->oversize != (!seg->arena && seg->size >= h->stats.oversize_min))
+        problem(c, "segment 0x%llx is %scounted as oversize", base, seg->oversize ? "" : "not ");
+    tl->oversize_segments += seg->oversize;
 
     if (!seg->first || seg->first->addr != seg->base || seg->first->prev)
         problem(c, "segment 0x%llx: its first block does not start at its base", base);
@@ -363,6 +368,31 @@ static void check_heap_idle_list(struct checker *c, struct heap *h, size_t segme
                 idle_listed > segments ? segments : idle_listed, idle_segments);
 }
 
+/* What each accumulated statistic gained since the reset (struct stat_gains) covers the rise of its
+ * value since then: each rise was counted as a gain, so what was lost, worked out from them, is never
+ * negative. The gains are kept in the pools' own entries, never in TIDE_POOL_ALL's. */
+static void check_gain(struct checker *c, const struct heap *h, int pool, const char *name, int64_t gained,
+                       int64_t now, int64_t base)
+{
+    if (pool == TIDE_POOL_ALL ? gained != 0 : gained < 0 || gained < now - base)
+        problem(c, "stream 0x%llx: %s.%s gained %lld since the reset, but rose by %lld", (unsigned long long)h->stream,
+                name, pools[pool], (long long)gained, (long long)(now - base));
+}
+
+static void check_gains(struct checker *c, const struct heap *h, int pool, const struct pool_stats *s)
+{
+    const struct stat_gains *g = &s->gained;
+    struct stat_values v = stats_values(s), b = h->stats.base[pool]; /* TIDE_POOL_ALL: only its gains are read */
+    check_gain(c, h, pool, "allocation", g->blocks, v.allocation, b.allocation);
+    check_gain(c, h, pool, "active", g->blocks, v.active, b.active);
+    check_gain(c, h, pool, "allocated_bytes", g->bytes, v.allocated, b.allocated);
+    check_gain(c, h, pool, "active_bytes", g->bytes, v.active_bytes, b.active_bytes);
+    check_gain(c, h, pool, "requested_bytes", g->requested, v.requested, b.requested);
+    check_gain(c, h, pool, "reserved_bytes", g->reserved, v.reserved, b.reserved);
+    check_gain(c, h, pool, "segment", g->segments, v.segment, b.segment);
+    check_gain(c, h, pool, "inactive_split_bytes", g->split, v.split, b.split);
+}
+
 /* The counters agree with the walk, per pool and in total; returns the heap's reserved bytes. */
 static int64_t check_heap_counters(struct checker *c, struct heap *h, const struct tally *tl)
 {
@@ -392,8 +422,10 @@ static int64_t check_heap_counters(struct checker *c, struct heap *h, const stru
         check_counter(c, h, pub, "allocation", s->allocation.cur, w->allocation);
         check_counter(c, h, pub, "segment", s->segment.cur, w->segment);
         check_counter(c, h, pub, "pending_free_blocks", s->pending_blocks.cur, w->pending_blocks);
-        if (!beyond) /* else active, cached and inactive_split, computed from them, could overflow */
+        if (!beyond) { /* else active, cached and inactive_split, computed from them, could overflow */
             check_peaks(c, h, pub, s);
+            check_gains(c, h, pub, s);
+        }
         if (p < POOL_KINDS) {
             all.reserved += w->reserved;
             all.allocated += w->allocated;
@@ -407,8 +439,18 @@ static int64_t check_heap_counters(struct checker *c, struct heap *h, const stru
             all.pending_blocks += w->pending_blocks;
             all.asleep += w->asleep;
             all.offloaded += w->offloaded;
+            all.oversize_blocks += w->oversize_blocks;
+            all.oversize_segments += w->oversize_segments;
         }
     }
+    const struct oversize_stats *o = &h->stats.oversize;
+    check_counter(c, h, TIDE_POOL_ALL, "oversize_allocations", o->blocks.cur, all.oversize_blocks);
+    check_counter(c, h, TIDE_POOL_ALL, "oversize_segments", o->segments.cur, all.oversize_segments);
+    check_peak(c, h, TIDE_POOL_ALL, "oversize_allocations", o->blocks.cur, o->blocks.peak);
+    check_peak(c, h, TIDE_POOL_ALL, "oversize_segments", o->segments.cur, o->segments.peak);
+    if (o->blocks_gained < o->blocks.cur - o->blocks_base || o->segments_gained < o->segments.cur - o->segments_base)
+        problem(c, "stream 0x%llx: the oversize counts gained less since the reset than they rose",
+                (unsigned long long)h->stream);
     return all.reserved - all.asleep; /* what the device holds: a sleeping pool's pages went back */
 }
 

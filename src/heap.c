@@ -84,6 +84,7 @@ tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, s
     h->owner = t;
     h->stream = stream;
     h->index = index;
+    h->stats.oversize_min = t->fit.oversize_min;
     h->pending_end = &h->pending_head;
     for (int pool = 0; pool < POOL_KINDS; pool++) {
         struct block *end = block_new(h);
@@ -339,7 +340,7 @@ void heap_adopt_free(struct heap *h, struct segment *seg, struct block *b)
     atomic_store_explicit(&seg->heap, h, memory_order_release);
     segment_link(h, seg);
 
-    stats_segment_added(&h->stats, seg->pool, (int64_t)seg->size);
+    stats_segment_added(&h->stats, seg->pool, (int64_t)seg->size, seg->oversize);
     free_index_insert(heap_free_index(h, seg->pool), b);
     idle_append(h, seg);
 }
@@ -457,7 +458,7 @@ size_t heap_detach_idle_segment(struct heap *h, struct segment *seg, struct segm
     segment_unlink(h, seg);
     atomic_store_explicit(&seg->heap, NULL, memory_order_release);
 
-    stats_segment_removed(&h->stats, seg->pool, (int64_t)seg->size);
+    stats_segment_removed(&h->stats, seg->pool, (int64_t)seg->size, seg->oversize);
 
     seg->next = *out;
     *out = seg;
@@ -537,6 +538,24 @@ static void run_stats(struct heap *h, struct segment *seg, bool adding)
     });
 }
 
+/* A change of runs goes through run_stats twice for each run it touches (out, then in again), so its
+ * gains (struct stat_gains) are counted once, as the net rise of each statistic over the change: pages
+ * mapped onto a run gain reserved bytes, a run split in two gains a segment, a free tail that grew in
+ * a run that is not wholly free gains split cache. */
+static struct stat_values run_change_begin(struct heap *h, const struct segment *seg)
+{
+    return stats_values(event_pool(&h->stats, (enum pool_kind)seg->pool));
+}
+
+static void run_change_end(struct heap *h, const struct segment *seg, const struct stat_values *before)
+{
+    struct pool_stats *p = event_pool(&h->stats, (enum pool_kind)seg->pool);
+    struct stat_values after = stats_values(p);
+    p->gained.reserved += after.reserved > before->reserved ? after.reserved - before->reserved : 0;
+    p->gained.segments += after.segment > before->segment ? after.segment - before->segment : 0;
+    p->gained.split += after.split > before->split ? after.split - before->split : 0;
+}
+
 /* A run is on the idle list exactly when it is wholly free. */
 static void run_refresh_idle(struct heap *h, struct segment *seg)
 {
@@ -556,6 +575,7 @@ void heap_extend_run(struct heap *h, struct segment *seg, size_t extra, struct b
         *spare = NULL;
     }
     struct free_index *fi = heap_free_index(h, seg->pool);
+    struct stat_values before = run_change_begin(h, seg);
     run_stats(h, seg, false);
     if (added) {
         added->seg = seg;
@@ -573,11 +593,13 @@ void heap_extend_run(struct heap *h, struct segment *seg, size_t extra, struct b
     seg->size += extra;
     run_stats(h, seg, true);
     run_refresh_idle(h, seg);
+    run_change_end(h, seg, &before);
 }
 
 void heap_merge_runs(struct heap *h, struct segment *lo, struct segment *hi)
 {
     struct free_index *fi = heap_free_index(h, lo->pool);
+    struct stat_values before = run_change_begin(h, lo);
     run_stats(h, lo, false);
     run_stats(h, hi, false);
     if (hi->idle)
@@ -605,6 +627,7 @@ void heap_merge_runs(struct heap *h, struct segment *lo, struct segment *hi)
     atomic_store_explicit(&hi->heap, NULL, memory_order_release);
     run_stats(h, lo, true);
     run_refresh_idle(h, lo);
+    run_change_end(h, lo, &before);
 }
 
 tide_status heap_carve_blocks(struct heap *h, struct block *b, uintptr_t lo, uintptr_t hi,
@@ -634,6 +657,7 @@ void heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uintptr_t h
     bool has_lower = lo > seg->base, has_upper = hi < end;
     struct block *below = b->prev, *above = b->next, *rest_high = cb->rest_high, *carved_block = cb->carved;
     bool b_left_below = b->addr < lo;
+    struct stat_values before = run_change_begin(h, seg);
     run_stats(h, seg, false);
     if (seg->idle)
         idle_unlink(h, seg);
@@ -698,6 +722,7 @@ void heap_carve_pages(struct heap *h, struct block *b, uintptr_t lo, uintptr_t h
         seg->first = NULL;
         segment_unlink(h, seg);
     }
+    run_change_end(h, carved, &before); /* carved: seg's pool, whatever became of seg */
     *kept_lower = has_lower;
     *used_upper = has_upper;
 }

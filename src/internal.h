@@ -119,6 +119,8 @@ int cuda_peers_of(int device, int *peers, int cap);
 
 /* ---- stats.c ------------------------------------------------------------------------------------- */
 void heap_stats_reset_peaks(struct heap_stats *s);
+/* Under allocator_lock_all: tide_reset_accumulated_stats. */
+void stats_reset_accumulated_locked(tide_allocator *t);
 /* Under allocator_lock_all. */
 void stats_collect_locked(tide_allocator *t, tide_stats *out);
 /* snprintf-style: the length the whole text needs. */

@@ -38,6 +38,7 @@ struct segment *segment_struct(tide_allocator *t)
     seg->run_prev = seg->run_next = NULL;
     seg->asleep = false;
     seg->copy = NULL;
+    seg->oversize = false;
     return seg;
 }
 
@@ -97,6 +98,7 @@ tide_status segment_reserve(tide_allocator *t, const tide_backend *from, enum po
     seg->size = size;
     seg->pool = (uint8_t)pool;
     seg->backend = from;
+    seg->oversize = size >= t->fit.oversize_min;
     s = segment_map_add(&t->segmap, seg);
     if (s != TIDE_OK) {
         be->release(be->ctx, addr, size);

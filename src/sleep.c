@@ -75,7 +75,7 @@ struct host_buffer {
 
 /* ---- statistics ------------------------------------------------------------------------------------------ */
 
-/* Under h->lock. */
+/* Under h->lock. Pages that wake are reserved again: reserved_bytes gains them. */
 static void count_asleep(struct heap *h, const struct segment *run, int64_t bytes)
 {
     enum pool_kind pool = (enum pool_kind)run->pool; /* BOTH's argument must be called pool */
@@ -85,6 +85,8 @@ static void count_asleep(struct heap *h, const struct segment *run, int64_t byte
         else
             fall(&p->asleep, -bytes);
     });
+    if (bytes < 0)
+        event_pool(&h->stats, pool)->gained.reserved -= bytes;
 }
 
 static void count_offloaded(struct heap *h, const struct segment *run, int64_t bytes)

@@ -41,20 +41,44 @@ static inline void peak_at_least(int64_t *peak, int64_t value)
  * opaque to the compiler, so that it is computed once and kept: GCC otherwise recomputes it from the
  * pool index before every counter. A branch on the pool instead of the index saves as much but
  * mispredicts where pools alternate at random. */
-#define BOTH(s, pool, p, body)                                                                     \
+#define BOTH(s, pool, p, body) BOTH_AND_OWN(s, pool, p, body, )
+/* The same, and own for the event's pool alone, between the two (struct stat_gains). */
+#define BOTH_AND_OWN(s, pool, p, body, own)                                                        \
     do {                                                                                           \
         struct pool_stats *p = &(s)->pool[public_pool(pool)];                                      \
         __asm__("" : "+r"(p));                                                                     \
         body;                                                                                      \
+        own;                                                                                       \
         p = &(s)->pool[TIDE_POOL_ALL];                                                             \
         body;                                                                                      \
     } while (0)
 
-/* FREE bytes were added to the cache by a free (a drained block's peaks wait for stats_settle), in a
- * segment that is now wholly free (idle_segment bytes) or not (0). The split cache rises, unless the
- * segment became wholly free: then its FREE bytes become releasable cache, and the split cache falls.
- * The test is made once for both pools. */
-static inline void cache_gained(struct heap_stats *s, enum pool_kind pool, int64_t idle_segment)
+/* The values of the statistics that are accumulated (struct stat_gains), of one pool of one heap. */
+static inline struct stat_values stats_values(const struct pool_stats *p)
+{
+    return (struct stat_values){
+        .allocation = p->allocation.cur,
+        .active = p->allocation.cur + p->pending_blocks.cur,
+        .allocated = p->allocated.cur,
+        .active_bytes = pool_active(p),
+        .requested = p->requested.cur,
+        .reserved = p->reserved.cur - p->asleep.cur, /* asleep pages are not reserved (sleep.c) */
+        .segment = p->segment.cur,
+        .split = pool_inactive_split(p),
+    };
+}
+
+/* The event's own pool, for what is kept there only (struct stat_gains). */
+static inline struct pool_stats *event_pool(struct heap_stats *s, enum pool_kind pool)
+{
+    return &s->pool[public_pool(pool)];
+}
+
+/* size FREE bytes were added to the cache by a free (a drained block's peaks wait for stats_settle), in
+ * a segment that is now wholly free (idle_segment bytes) or not (0). The split cache rises by them,
+ * unless the segment became wholly free: then its FREE bytes become releasable cache, and the split
+ * cache falls. The test is made once for both pools. */
+static inline void cache_gained(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t idle_segment)
 {
     if (TIDE_UNLIKELY(idle_segment != 0)) {
         BOTH(s, pool, p, {
@@ -62,27 +86,50 @@ static inline void cache_gained(struct heap_stats *s, enum pool_kind pool, int64
             p->idle += idle_segment;
         });
     } else {
-        BOTH(s, pool, p, {
+        BOTH_AND_OWN(s, pool, p, {
             peak_at_least(&p->cached_peak, pool_cached(p));
             peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
-        });
+        }, p->gained.split += size);
     }
 }
 
-static inline void stats_take(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t requested,
-                int64_t idle_segment)
+/* A block of max_split_size or more taken or let go (oversize_stats): rare by design, and never with
+ * the key unset (oversize_min is SIZE_MAX). */
+static inline void oversize_taken(struct heap_stats *s, int64_t size)
 {
-    BOTH(s, pool, p, {
+    if (TIDE_UNLIKELY((uint64_t)size >= s->oversize_min)) {
+        rise(&s->oversize.blocks, 1);
+        s->oversize.blocks_gained++;
+    }
+}
+
+static inline void oversize_let_go(struct heap_stats *s, int64_t size)
+{
+    if (TIDE_UNLIKELY((uint64_t)size >= s->oversize_min))
+        fall(&s->oversize.blocks, 1);
+}
+
+/* Inlined by force: two callers (heap_take_block, heap_reuse_parked), and a call costs the allocation
+ * more than the copy does. */
+static inline __attribute__((always_inline)) void stats_take(struct heap_stats *s, enum pool_kind pool, int64_t size,
+                                                             int64_t requested, int64_t idle_segment)
+{
+    BOTH_AND_OWN(s, pool, p, {
         rise(&p->allocated, size);
         rise(&p->requested, requested);
         rise(&p->allocation, 1);
         peak_at_least(&p->active_peak, pool_active(p));
+    }, {
+        p->gained.blocks++;
+        p->gained.bytes += size;
+        p->gained.requested += requested;
     });
+    oversize_taken(s, size);
     if (TIDE_UNLIKELY(idle_segment != 0)) { /* a wholly free segment is split: what stays FREE is split cache now */
-        BOTH(s, pool, p, {
+        BOTH_AND_OWN(s, pool, p, {
             p->idle -= idle_segment;
             peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
-        });
+        }, p->gained.split += idle_segment - size);
     }
 }
 
@@ -94,7 +141,8 @@ static inline void stats_active_to_free(struct heap_stats *s, enum pool_kind poo
         fall(&p->requested, requested);
         fall(&p->allocation, 1);
     });
-    cache_gained(s, pool, idle_segment);
+    oversize_let_go(s, size);
+    cache_gained(s, pool, size, idle_segment);
 }
 
 static inline void stats_active_to_pending(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t requested)
@@ -106,9 +154,11 @@ static inline void stats_active_to_pending(struct heap_stats *s, enum pool_kind 
         rise(&p->pending, size);
         rise(&p->pending_blocks, 1);
     });
+    oversize_let_go(s, size);
 }
 
-/* The cache's peaks: stats_settle, by the call that drains. */
+/* The cache's peaks: stats_settle, by the call that drains. The split cache gains the block's bytes
+ * unless its segment became wholly free (idle_segment, never less than the block). */
 static inline void stats_pending_to_free(struct heap_stats *s, enum pool_kind pool, int64_t size, int64_t idle_segment)
 {
     BOTH(s, pool, p, {
@@ -117,15 +167,27 @@ static inline void stats_pending_to_free(struct heap_stats *s, enum pool_kind po
     });
     if (TIDE_UNLIKELY(idle_segment != 0))
         BOTH(s, pool, p, p->idle += idle_segment);
+    else
+        event_pool(s, pool)->gained.split += size;
 }
 
-static inline void stats_segment_added(struct heap_stats *s, enum pool_kind pool, int64_t size)
+/* A segment (or a new run of pages) joins the heap, wholly free: reserved, or back after the device
+ * refused to take it (which counts as released and reserved again); oversize: a reservation of
+ * max_split_size or more. */
+static inline void stats_segment_added(struct heap_stats *s, enum pool_kind pool, int64_t size, bool oversize)
 {
-    BOTH(s, pool, p, {
+    BOTH_AND_OWN(s, pool, p, {
         rise(&p->reserved, size);
         p->segment.cur++;
         p->idle += size;
+    }, {
+        p->gained.reserved += size;
+        p->gained.segments++;
     });
+    if (oversize) {
+        rise(&s->oversize.segments, 1);
+        s->oversize.segments_gained++;
+    }
 }
 
 /* Some changes raise the cache or the segment count only for a moment inside one call: memory added
@@ -147,13 +209,15 @@ static inline void stats_settle(struct heap_stats *s)
     s->drained_unsettled = false;
 }
 
-static inline void stats_segment_removed(struct heap_stats *s, enum pool_kind pool, int64_t size)
+static inline void stats_segment_removed(struct heap_stats *s, enum pool_kind pool, int64_t size, bool oversize)
 {
     BOTH(s, pool, p, {
         fall(&p->reserved, size);
         fall(&p->segment, 1);
         p->idle -= size;
     });
+    if (oversize)
+        fall(&s->oversize.segments, 1);
 }
 
 #endif /* TIDE_STATS_EVENTS_H */

@@ -148,6 +148,7 @@ struct segment {
      * pressure lock and its heap's lock. */
     bool asleep;
     struct sleep_copy *copy;          /* asleep, offloaded: its blocks' contents in host memory, or NULL */
+    bool oversize;                    /* a reservation of max_split_size or more (oversize_stats) */
 };
 
 /* Expandable segments: an address range reserved for one pool of one heap, with pages mapped into it.
@@ -239,6 +240,22 @@ struct tide_config {
 struct counter {
     int64_t cur, peak;
 };
+/* The accumulated statistics (PyTorch's .allocated and .freed): what each statistic gained since the
+ * last tide_reset_accumulated_stats, counted once per event by the event that raised it, for the
+ * event's pool only (TIDE_POOL_ALL's stay 0: the pools are summed when read). What a statistic lost
+ * follows and is not counted: its gains less its rise since the reset (struct stat_values, the values
+ * then), which spares every event that lowers a statistic an update. blocks and bytes are what
+ * allocations took: the gains of allocation and active (blocks), of allocated_bytes and active_bytes
+ * (bytes), since nothing else makes a block ACTIVE. reserved is reserved_bytes as reported (asleep
+ * pages are not reserved), segments is segment, split is inactive_split_bytes. */
+struct stat_gains {
+    int64_t blocks, bytes, requested;
+    int64_t reserved, segments, split;
+};
+/* The values of the accumulated statistics of one pool of one heap at a moment (stats_values). */
+struct stat_values {
+    int64_t allocation, active, allocated, active_bytes, requested, reserved, segment, split;
+};
 /* Every statistic is exact, so that each peak is a value the statistic really had between two
  * operations. Seven are counted; three follow from them and are computed when read (pool_active and
  * the two below), which spares the fast path their updates: only their peaks are kept, checked
@@ -246,7 +263,9 @@ struct counter {
  * where the value can rise. */
 struct pool_stats {
     struct counter reserved, allocated, requested, pending;
-    struct counter allocation, segment, pending_blocks;
+    struct counter allocation;
+    struct stat_gains gained;         /* beside the counters the allocation path moves */
+    struct counter segment, pending_blocks;
     int64_t idle;                     /* bytes in wholly free segments (the releasable cache) */
     int64_t active_peak, cached_peak, inactive_split_peak;
     /* Sleeping pools (sleep.c), under the pressure lock and the heap's lock: bytes of asleep runs with
@@ -254,8 +273,19 @@ struct pool_stats {
      * not in the allocator's reserved total), and bytes of their contents kept in host memory. */
     struct counter asleep, offloaded;
 };
+/* Oversize: PyTorch's oversize_allocations and oversize_segments, blocks and segments of
+ * max_split_size bytes or more (oversize_min: SIZE_MAX with the key unset, when nothing is). Segments
+ * are reservations only: a run of pages (expandable segments, sleepable pools) is not split by size. */
+struct oversize_stats {
+    struct counter blocks, segments;
+    int64_t blocks_gained, segments_gained;
+    int64_t blocks_base, segments_base;
+};
 struct heap_stats {
+    size_t oversize_min;                       /* the allocator's max_split_size (a copy near the counters) */
     struct pool_stats pool[TIDE_POOL_COUNT];   /* indexed by TIDE_POOL_ALL / _SMALL / _LARGE */
+    struct stat_values base[TIDE_POOL_COUNT];  /* the values at the last tide_reset_accumulated_stats */
+    struct oversize_stats oversize;
     uint64_t num_pending_drained;
     uint64_t num_fence_errors;
     /* A tide_malloc drained blocks, found no fit, and let the heap's lock go on its way to

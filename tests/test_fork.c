@@ -138,6 +138,7 @@ static int every_call_refused(void *arg)
     tide_stats s = {.struct_size = sizeof s};
     REFUSED(tide_get_stats(t, &s));
     REFUSED(tide_reset_peak_stats(t));
+    REFUSED(tide_reset_accumulated_stats(t));
     char buf[64];
     REFUSED(tide_stats_json(t, buf, sizeof buf, NULL));
     REFUSED(tide_check(t));

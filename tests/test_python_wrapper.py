@@ -132,7 +132,16 @@ def test_simulated_device():
                               or " out of memory." not in str(e)):
             failures.append("the simulated device's out of memory reads: %s" % e)
         dev.empty_cache()
-        assert dev.stats()["reserved_bytes.all.current"] == 0
+        stats = dev.stats()
+        assert stats["reserved_bytes.all.current"] == 0
+        # what each statistic gained and lost, under PyTorch's names, and their reset
+        assert stats["allocation.all.allocated"] == stats["allocation.all.freed"] == 1, stats
+        assert stats["segment.small_pool.allocated"] == stats["segment.small_pool.freed"] == 1, stats
+        assert stats["reserved_bytes.all.freed"] == 2 << 20 and stats["oversize_allocations.freed"] == 0, stats
+        dev.reset_accumulated_stats()
+        stats = dev.stats()
+        assert all(stats[k] == 0 for k in stats if k.endswith((".allocated", ".freed"))), stats
+        assert stats["num_device_alloc"] == 0 and stats["allocation.all.peak"] == 1, stats
     for call, args in ((dev.malloc, (4096,)), (dev.free, (p,)), (dev.stats, ()), (dev.new_stream, ()),
                        (dev.check, ()), (dev.empty_cache, ()), (dev.record_stream, (p, 0))):
         e = expect(TidepoolError, call, *args)

@@ -1,7 +1,8 @@
 /*
  * Statistics: the identities between them hold at every point, peaks rise and reset, each peak is the
  * highest value seen between two calls (with one stream), the versioned struct fills only what the
- * caller knows, and the JSON carries the same numbers under PyTorch's names.
+ * caller knows, the JSON carries the same numbers under PyTorch's names, and what each statistic
+ * gained and lost (PyTorch's .allocated and .freed) is exact after a known sequence of calls.
  */
 #include "harness.h"
 #include "internal.h" /* stats_to_json, for statistics no allocator reaches */
@@ -31,6 +32,70 @@ static void check_identities(const tide_stats *s)
           s->reserved_bytes[TIDE_POOL_SMALL].current + s->reserved_bytes[TIDE_POOL_LARGE].current);
 }
 
+/* ---- accumulated statistics: what each gained and lost -------------------------------------------- */
+
+#define ACCUMULATED 8
+/* The statistics that are accumulated, their accumulated values, and their names in the JSON. */
+static const tide_stat *accumulated_stat(const tide_stats *s, int i)
+{
+    const tide_stat *v[ACCUMULATED] = {s->allocation,      s->segment,      s->active,       s->allocated_bytes,
+                                       s->reserved_bytes,  s->active_bytes, s->inactive_split_bytes,
+                                       s->requested_bytes};
+    return v[i];
+}
+static const tide_stat_accumulated *accumulated_of(const tide_stats *s, int i)
+{
+    const tide_stat_accumulated *v[ACCUMULATED] = {
+        s->accumulated.allocation,      s->accumulated.segment,      s->accumulated.active,
+        s->accumulated.allocated_bytes, s->accumulated.reserved_bytes, s->accumulated.active_bytes,
+        s->accumulated.inactive_split_bytes, s->accumulated.requested_bytes};
+    return v[i];
+}
+static const char *const accumulated_names[ACCUMULATED] = {
+    "allocation", "segment", "active", "allocated_bytes", "reserved_bytes", "active_bytes",
+    "inactive_split_bytes", "requested_bytes"};
+
+/* allocated - freed is how far each statistic moved since the reset (then: the values at the reset, or
+ * NULL for creation), the pools add up to the total, and nothing is negative. */
+static void check_accumulated(const tide_stats *s, const tide_stats *then)
+{
+    for (int i = 0; i < ACCUMULATED; i++) {
+        const tide_stat_accumulated *a = accumulated_of(s, i);
+        for (int k = 0; k < TIDE_POOL_COUNT; k++) {
+            int64_t moved = accumulated_stat(s, i)[k].current - (then ? accumulated_stat(then, i)[k].current : 0);
+            if (a[k].allocated - a[k].freed != moved || a[k].allocated < 0 || a[k].freed < 0) {
+                fprintf(stderr, "%s[%d]: allocated %lld, freed %lld, moved %lld\n", accumulated_names[i], k,
+                        (long long)a[k].allocated, (long long)a[k].freed, (long long)moved);
+                harness_failures++;
+            }
+        }
+        CHECK(a[ALL].allocated == a[TIDE_POOL_SMALL].allocated + a[TIDE_POOL_LARGE].allocated);
+        CHECK(a[ALL].freed == a[TIDE_POOL_SMALL].freed + a[TIDE_POOL_LARGE].freed);
+    }
+    const struct {
+        const tide_stat *stat, *then;
+        const tide_stat_accumulated *a;
+    } oversize[] = {{&s->oversize_allocations, then ? &then->oversize_allocations : NULL, &s->accumulated.oversize_allocations},
+                    {&s->oversize_segments, then ? &then->oversize_segments : NULL, &s->accumulated.oversize_segments}};
+    for (int i = 0; i < 2; i++)
+        CHECK(oversize[i].a->allocated - oversize[i].a->freed ==
+              oversize[i].stat->current - (oversize[i].then ? oversize[i].then->current : 0));
+    /* active is ACTIVE and PENDING blocks */
+    for (int k = 0; k < TIDE_POOL_COUNT; k++)
+        CHECK(s->active[k].current == s->allocation[k].current + s->pending_free_blocks[k].current);
+}
+
+#define EXPECT_ACC(s, field, pool, want_allocated, want_freed)                                      \
+    do {                                                                                           \
+        const tide_stat_accumulated *a_ = &(s).accumulated.field[pool];                            \
+        if (a_->allocated != (int64_t)(want_allocated) || a_->freed != (int64_t)(want_freed)) {    \
+            fprintf(stderr, "%s:%d: %s[%d]: allocated %lld, freed %lld; expected %lld, %lld\n",    \
+                    __FILE__, __LINE__, #field, (int)(pool), (long long)a_->allocated, (long long)a_->freed,\
+                    (long long)(want_allocated), (long long)(want_freed));                         \
+            harness_failures++;                                                                    \
+        }                                                                                          \
+    } while (0)
+
 static void test_identities_hold_throughout(void)
 {
     struct fixture f;
@@ -48,6 +113,7 @@ static void test_identities_hold_throughout(void)
         CHECK_OK(tide_free(f.t, p[i]));
         tide_stats s = stats_of(f.t);
         check_identities(&s);
+        check_accumulated(&s, NULL);
     }
     tide_stats s = stats_of(f.t);
     CHECK(s.pending_free_blocks[ALL].current == 14);
@@ -55,8 +121,13 @@ static void test_identities_hold_throughout(void)
         CHECK_OK(tide_release(f.t, p[i]));
     s = stats_of(f.t);
     check_identities(&s);
+    check_accumulated(&s, NULL);
     CHECK(s.pending_free_blocks[ALL].current == 0);
     CHECK(s.pending_free_blocks[ALL].peak == 14);
+    CHECK(s.accumulated.allocation[ALL].allocated == 40 && s.accumulated.allocation[ALL].freed == 40);
+    CHECK(s.accumulated.active[ALL].allocated == 40 && s.accumulated.active[ALL].freed == 40);
+    CHECK(s.active[ALL].peak == 40 + 14); /* allocation's peak and pending_free_blocks', added */
+    CHECK_OK(tide_check(f.t));
     fixture_close(&f);
 }
 
@@ -97,6 +168,18 @@ static void test_versioned_struct(void)
     CHECK(s.reserved_bytes[ALL].current == (int64_t)(2 * MIB));
     const uint8_t *rest = (const uint8_t *)&s.allocated_bytes;
     CHECK(rest[0] == 0xAB && rest[sizeof s.allocated_bytes - 1] == 0xAB);
+    /* A caller of version 4 (up to sleep_host_cached_bytes): the fields of version 5 stay as they were. */
+    memset(&s, 0xAB, sizeof s);
+    s.struct_size = (uint32_t)offsetof(tide_stats, active);
+    CHECK_OK(tide_get_stats(f.t, &s));
+    CHECK(s.version == 5 && s.allocation[ALL].current == 1 && s.sleep_host_cached_bytes == 0);
+    rest = (const uint8_t *)&s.active;
+    for (size_t i = 0; i < sizeof s - offsetof(tide_stats, active); i++)
+        if (rest[i] != 0xAB) {
+            fprintf(stderr, "byte %zu past a version 4 struct was written\n", i);
+            harness_failures++;
+            break;
+        }
     CHECK_OK(tide_free(f.t, p));
     fixture_close(&f);
 }
@@ -135,6 +218,23 @@ static void test_json_has_pytorch_names_and_same_numbers(void)
     CHECK(json_value(json, "num_device_alloc") == 2);
     CHECK(json_value(json, "num_ooms") == 0);
     CHECK(json_value(json, "limit_bytes") == (long long)(8 * GIB));
+    /* PyTorch's .allocated and .freed, and its active and oversize statistics */
+    CHECK(json_value(json, "allocation.all.allocated") == 2);
+    CHECK(json_value(json, "allocation.all.freed") == 1);
+    CHECK(json_value(json, "active.all.current") == 2);
+    CHECK(json_value(json, "active.all.freed") == 0);
+    CHECK(json_value(json, "allocated_bytes.all.allocated") == (long long)(1024 + 5 * MIB));
+    CHECK(json_value(json, "allocated_bytes.large_pool.freed") == (long long)(5 * MIB));
+    CHECK(json_value(json, "requested_bytes.small_pool.allocated") == 1000);
+    CHECK(json_value(json, "segment.large_pool.allocated") == 1);
+    CHECK(json_value(json, "segment.large_pool.freed") == 0);
+    CHECK(json_value(json, "reserved_bytes.all.allocated") == (long long)(22 * MIB));
+    CHECK(json_value(json, "inactive_split_bytes.all.allocated") ==
+          s.accumulated.inactive_split_bytes[ALL].allocated);
+    CHECK(json_value(json, "active_bytes.large_pool.freed") == 0);
+    CHECK(json_value(json, "oversize_allocations.current") == 0);
+    CHECK(json_value(json, "oversize_segments.allocated") == 0);
+    CHECK(json_value(json, "oversize_segments.freed") == 0);
     CHECK(json[0] == '{' && strstr(json, "}\n") != NULL);
     free(json);
     CHECK_OK(tide_release(f.t, b));
@@ -205,6 +305,7 @@ static void test_json_numbers_are_exact(void)
             {"pending_free_bytes", s.pending_free_bytes}, {"cached_bytes", s.cached_bytes},
             {"inactive_split_bytes", s.inactive_split_bytes}, {"allocation", s.allocation},
             {"segment", s.segment},                       {"pending_free_blocks", s.pending_free_blocks},
+            {"active", s.active},
         };
         size_t ncounts = sizeof counts / sizeof counts[0], nstats = sizeof stats / sizeof stats[0];
         for (size_t i = 0; i < ncounts; i++)
@@ -214,6 +315,14 @@ static void test_json_numbers_are_exact(void)
                 stats[i].stat[k].current = iextremes[(e + i + (size_t)k) % 4];
                 stats[i].stat[k].peak = iextremes[(e + i + (size_t)k + 1) % 4];
             }
+        tide_stat_accumulated *acc = (tide_stat_accumulated *)(void *)&s.accumulated; /* all of that type */
+        size_t nacc = sizeof s.accumulated / sizeof *acc;
+        for (size_t i = 0; i < nacc; i++) {
+            acc[i].allocated = iextremes[(e + i) % 4];
+            acc[i].freed = iextremes[(e + i + 1) % 4];
+        }
+        s.oversize_allocations = (tide_stat){iextremes[e % 4], iextremes[(e + 2) % 4]};
+        s.oversize_segments = (tide_stat){iextremes[(e + 1) % 4], iextremes[(e + 3) % 4]};
         size_t need = stats_to_json(&s, NULL, 0);
         char *json = malloc(need + 1);
         CHECK(json && stats_to_json(&s, json, need + 1) == need && strlen(json) == need);
@@ -236,6 +345,39 @@ static void test_json_numbers_are_exact(void)
                         harness_failures++;
                     }
                 }
+        for (int i = 0; json && i < ACCUMULATED; i++)
+            for (int k = 0; k < TIDE_POOL_COUNT; k++)
+                for (int freed = 0; freed < 2; freed++) {
+                    char key[128];
+                    snprintf(key, sizeof key, "%s.%s.%s", accumulated_names[i], pools[k], freed ? "freed" : "allocated");
+                    const tide_stat_accumulated *a = &accumulated_of(&s, i)[k];
+                    int64_t want = freed ? a->freed : a->allocated, v = 1;
+                    if (!json_i64(json, key, &v) || v != want) {
+                        fprintf(stderr, "%s: wrote %lld, read back %lld\n", key, (long long)want, (long long)v);
+                        harness_failures++;
+                    }
+                }
+        const struct {
+            const char *key;
+            int64_t want;
+        } oversize[] = {
+            {"oversize_allocations.current", s.oversize_allocations.current},
+            {"oversize_allocations.peak", s.oversize_allocations.peak},
+            {"oversize_allocations.allocated", s.accumulated.oversize_allocations.allocated},
+            {"oversize_allocations.freed", s.accumulated.oversize_allocations.freed},
+            {"oversize_segments.current", s.oversize_segments.current},
+            {"oversize_segments.peak", s.oversize_segments.peak},
+            {"oversize_segments.allocated", s.accumulated.oversize_segments.allocated},
+            {"oversize_segments.freed", s.accumulated.oversize_segments.freed},
+        };
+        for (size_t i = 0; json && i < sizeof oversize / sizeof oversize[0]; i++) {
+            int64_t v = 1;
+            if (!json_i64(json, oversize[i].key, &v) || v != oversize[i].want) {
+                fprintf(stderr, "%s: wrote %lld, read back %lld\n", oversize[i].key, (long long)oversize[i].want,
+                        (long long)v);
+                harness_failures++;
+            }
+        }
         free(json);
     }
 
@@ -244,7 +386,7 @@ static void test_json_numbers_are_exact(void)
     static const size_t limits[] = {SIZE_MAX, (size_t)1 << 63};
     for (size_t i = 0; i < 2; i++) {
         CHECK_OK(tide_set_limit(f.t, limits[i]));
-        char json[8192];
+        char json[16384];
         uint64_t v = 0;
         CHECK_OK(tide_stats_json(f.t, json, sizeof json, NULL));
         CHECK(json_u64(json, "limit_bytes", &v) && v == limits[i]);
@@ -555,13 +697,269 @@ static void test_device_call_time(void)
         CHECK_OK(tide_free(t, p));
         CHECK_OK(tide_empty_cache(t, NULL));
         CHECK(call_ns(t) >= after_growth + SLOW_CALL_NS);
-        char json[8192];
+        char json[16384];
         size_t need;
         CHECK_OK(tide_stats_json(t, json, sizeof json, &need));
         CHECK(json_value(json, "device_call_ns") == (long long)call_ns(t));
         CHECK_OK(tide_destroy(t));
         tide_sim_destroy(sim);
     }
+}
+
+
+/* ---- accumulated statistics after known sequences ---------------------------------------------------- */
+
+/* One stream, default configuration: each figure worked out by hand from the sizes. */
+static void test_accumulated_known_sequence(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    const int64_t small_seg = 2 * MIB, large_seg = 20 * MIB;
+    const int S = TIDE_POOL_SMALL, L = TIDE_POOL_LARGE;
+    void *a, *b, *c;
+    CHECK_OK(tide_malloc(f.t, 1000, 0, &a));    /* 1024 bytes of a new 2 MiB segment */
+    CHECK_OK(tide_malloc(f.t, 5 * MIB, 0, &b)); /* 5 MiB of a new 20 MiB segment */
+    CHECK_OK(tide_malloc(f.t, 3000, 0, &c));    /* 3072 bytes after a */
+    uintptr_t base;
+    size_t size;
+    CHECK_OK(tide_segment_of(f.t, b, &base, &size));
+    CHECK(size == (size_t)large_seg);
+    CHECK_OK(tide_free(f.t, a));                /* beside c: stays in the split cache */
+    CHECK_OK(tide_free(f.t, b));                /* its segment wholly free again */
+    tide_stats s = stats_of(f.t);
+    check_accumulated(&s, NULL);
+    EXPECT_ACC(s, allocation, S, 2, 1);
+    EXPECT_ACC(s, allocation, L, 1, 1);
+    EXPECT_ACC(s, allocation, ALL, 3, 2);
+    EXPECT_ACC(s, active, ALL, 3, 2);
+    EXPECT_ACC(s, allocated_bytes, S, 1024 + 3072, 1024);
+    EXPECT_ACC(s, allocated_bytes, L, 5 * MIB, 5 * MIB);
+    EXPECT_ACC(s, active_bytes, ALL, 1024 + 3072 + 5 * MIB, 1024 + 5 * MIB);
+    EXPECT_ACC(s, requested_bytes, S, 4000, 1000);
+    EXPECT_ACC(s, requested_bytes, L, 5 * MIB, 5 * MIB);
+    EXPECT_ACC(s, segment, ALL, 2, 0);
+    EXPECT_ACC(s, reserved_bytes, S, small_seg, 0);
+    EXPECT_ACC(s, reserved_bytes, L, large_seg, 0);
+    /* The split cache: a split its new segment (the rest gained), c took 3072 of that rest (lost),
+     * a's free gave 1024 back; b split its segment (the rest gained), and its free made the segment
+     * wholly free (the rest lost). */
+    EXPECT_ACC(s, inactive_split_bytes, S, (small_seg - 1024) + 1024, 3072);
+    EXPECT_ACC(s, inactive_split_bytes, L, large_seg - 5 * MIB, large_seg - 5 * MIB);
+    CHECK(s.inactive_split_bytes[S].current == small_seg - 3072);
+
+    CHECK_OK(tide_empty_cache(f.t, NULL));      /* the large segment goes */
+    CHECK_OK(tide_free(f.t, c));                /* the small one is wholly free */
+    CHECK_OK(tide_empty_cache(f.t, NULL));      /* and goes */
+    s = stats_of(f.t);
+    check_accumulated(&s, NULL);
+    EXPECT_ACC(s, allocation, ALL, 3, 3);
+    EXPECT_ACC(s, active_bytes, ALL, 4096 + 5 * MIB, 4096 + 5 * MIB);
+    EXPECT_ACC(s, requested_bytes, ALL, 4000 + 5 * MIB, 4000 + 5 * MIB);
+    EXPECT_ACC(s, segment, S, 1, 1);
+    EXPECT_ACC(s, segment, L, 1, 1);
+    EXPECT_ACC(s, reserved_bytes, ALL, small_seg + large_seg, small_seg + large_seg);
+    EXPECT_ACC(s, inactive_split_bytes, S, small_seg, small_seg);
+    EXPECT_ACC(s, inactive_split_bytes, ALL, small_seg + large_seg - 5 * MIB, small_seg + large_seg - 5 * MIB);
+    CHECK(s.num_device_alloc == 2 && s.num_device_free == 2);
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
+/* tide_reset_accumulated_stats: everything accumulated starts again from 0, the current values and
+ * peaks stay, and what was live at the reset is freed after it (freed past allocated). */
+static void test_accumulated_reset(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *a, *b;
+    CHECK_OK(tide_malloc(f.t, 6 * MIB, 0, &a));
+    CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &b));
+    CHECK_OK(tide_free(f.t, b));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    tide_stats before = stats_of(f.t);
+    CHECK(before.num_device_alloc > 0 && before.num_sync_all_streams > 0);
+    CHECK_OK(tide_reset_accumulated_stats(f.t));
+    tide_stats then = stats_of(f.t);
+    for (int i = 0; i < ACCUMULATED; i++)
+        for (int k = 0; k < TIDE_POOL_COUNT; k++) {
+            CHECK(accumulated_of(&then, i)[k].allocated == 0 && accumulated_of(&then, i)[k].freed == 0);
+            CHECK(accumulated_stat(&then, i)[k].current == accumulated_stat(&before, i)[k].current);
+            CHECK(accumulated_stat(&then, i)[k].peak == accumulated_stat(&before, i)[k].peak);
+        }
+    CHECK(then.num_device_alloc == 0 && then.num_device_free == 0 && then.num_sync_all_streams == 0);
+    CHECK(then.num_alloc_retries == 0 && then.num_ooms == 0 && then.device_call_ns == 0);
+    CHECK(then.allocated_bytes[ALL].peak == (int64_t)(14 * MIB)); /* peaks stay */
+
+    CHECK_OK(tide_free(f.t, a)); /* allocated before the reset */
+    tide_stats s = stats_of(f.t);
+    check_accumulated(&s, &then);
+    EXPECT_ACC(s, allocation, ALL, 0, 1);
+    EXPECT_ACC(s, allocated_bytes, TIDE_POOL_LARGE, 0, 6 * MIB);
+    EXPECT_ACC(s, segment, ALL, 0, 0);
+    void *c;
+    CHECK_OK(tide_malloc(f.t, 1, 0, &c)); /* a new small segment */
+    CHECK_OK(tide_free(f.t, c));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    s = stats_of(f.t);
+    check_accumulated(&s, &then);
+    EXPECT_ACC(s, allocation, ALL, 1, 2);
+    EXPECT_ACC(s, requested_bytes, ALL, 1, 1 + 6 * MIB);
+    EXPECT_ACC(s, segment, TIDE_POOL_SMALL, 1, 1);
+    EXPECT_ACC(s, segment, TIDE_POOL_LARGE, 0, 1);
+    CHECK(s.num_device_alloc == 1 && s.num_device_free == 2);
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
+/* A free that waits for the device: allocation loses the block at tide_free, active only when it
+ * becomes FREE. */
+static void test_accumulated_active_waits_for_the_device(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream other;
+    CHECK_OK(tide_sim_stream_create(f.sim, &other));
+    void *p;
+    CHECK_OK(tide_malloc(f.t, 4096, 0, &p));
+    CHECK_OK(tide_retain(f.t, p));
+    CHECK_OK(tide_free(f.t, p));
+    tide_stats s = stats_of(f.t);
+    check_accumulated(&s, NULL);
+    EXPECT_ACC(s, allocation, ALL, 1, 1);
+    EXPECT_ACC(s, active, ALL, 1, 0);
+    EXPECT_ACC(s, active_bytes, ALL, 4096, 0);
+    CHECK(s.active[ALL].current == 1);
+    CHECK_OK(tide_release(f.t, p));
+    s = stats_of(f.t);
+    check_accumulated(&s, NULL);
+    EXPECT_ACC(s, active, ALL, 1, 1);
+    EXPECT_ACC(s, active_bytes, ALL, 4096, 4096);
+    CHECK(s.active[ALL].current == 0 && s.active[ALL].peak == 2); /* an upper bound once a free waited */
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
+/* Two streams: their events add up, whatever the order. */
+static void test_accumulated_two_streams(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream s1;
+    CHECK_OK(tide_sim_stream_create(f.sim, &s1));
+    void *p[8];
+    for (int i = 0; i < 8; i++)
+        CHECK_OK(tide_malloc(f.t, (size_t)(i + 1) * 300 * 1024, i % 2 ? s1 : 0, &p[i]));
+    for (int i = 0; i < 8; i += 2)
+        CHECK_OK(tide_free(f.t, p[i]));
+    tide_stats s = stats_of(f.t);
+    check_accumulated(&s, NULL);
+    EXPECT_ACC(s, allocation, ALL, 8, 4);
+    EXPECT_ACC(s, requested_bytes, ALL, 36 * 300 * 1024, (1 + 3 + 5 + 7) * 300 * 1024);
+    for (int i = 1; i < 8; i += 2)
+        CHECK_OK(tide_free(f.t, p[i]));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    s = stats_of(f.t);
+    check_accumulated(&s, NULL);
+    CHECK(s.accumulated.reserved_bytes[ALL].allocated == s.accumulated.reserved_bytes[ALL].freed);
+    CHECK(s.accumulated.segment[ALL].allocated == (int64_t)s.num_device_alloc);
+    CHECK(s.accumulated.segment[ALL].freed == (int64_t)s.num_device_free);
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
+/* oversize_allocations and oversize_segments, with max_split_size_mb:40. */
+static void test_oversize(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "max_split_size_mb:40");
+    void *big, *small, *also;
+    CHECK_OK(tide_malloc(f.t, 50 * MIB, 0, &big));   /* a segment of its own, 50 MiB: both oversize */
+    CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &small));  /* neither */
+    CHECK_OK(tide_check(f.t));                       /* the walk counts them as the counters do */
+    tide_stats s = stats_of(f.t);
+    CHECK(s.oversize_allocations.current == 1 && s.oversize_segments.current == 1);
+    CHECK_OK(tide_free(f.t, big));
+    CHECK_OK(tide_malloc(f.t, 45 * MIB, 0, &also)); /* from the cached 50 MiB segment */
+    CHECK_OK(tide_free(f.t, also));
+    s = stats_of(f.t);
+    check_accumulated(&s, NULL);
+    CHECK(s.oversize_allocations.current == 0 && s.oversize_allocations.peak == 1);
+    CHECK(s.accumulated.oversize_allocations.allocated == 2 && s.accumulated.oversize_allocations.freed == 2);
+    CHECK(s.oversize_segments.current == 1 && s.accumulated.oversize_segments.allocated == 1);
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    s = stats_of(f.t);
+    CHECK(s.oversize_segments.current == 0 && s.oversize_segments.peak == 1);
+    CHECK(s.accumulated.oversize_segments.allocated == 1 && s.accumulated.oversize_segments.freed == 1);
+    CHECK_OK(tide_free(f.t, small));
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+
+    /* Without the key nothing is oversize. */
+    fixture_open(&f, 0, NULL);
+    CHECK_OK(tide_malloc(f.t, 50 * MIB, 0, &big));
+    s = stats_of(f.t);
+    CHECK(s.oversize_allocations.current == 0 && s.oversize_segments.current == 0);
+    CHECK(s.accumulated.oversize_allocations.allocated == 0);
+    CHECK_OK(tide_free(f.t, big));
+    fixture_close(&f);
+}
+
+/* Pages: with expandable segments, reserved_bytes gains the pages mapped and loses those unmapped;
+ * a sleepable pool's sleep loses them and its wake gains them again. */
+static void test_accumulated_pages(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "expandable_segments:True");
+    void *a, *b;
+    CHECK_OK(tide_malloc(f.t, 3 * MIB, 0, &a));     /* 2 pages mapped */
+    CHECK_OK(tide_malloc(f.t, 1 * MIB, 0, &b));     /* within them */
+    tide_stats s = stats_of(f.t);
+    check_accumulated(&s, NULL);
+    EXPECT_ACC(s, reserved_bytes, ALL, 4 * MIB, 0);
+    EXPECT_ACC(s, segment, ALL, 1, 0);
+    void *c;
+    CHECK_OK(tide_malloc(f.t, 5 * MIB, 0, &c));     /* the run grows by the pages it lacks */
+    s = stats_of(f.t);
+    check_accumulated(&s, NULL);
+    CHECK(s.segment[ALL].current == 1 && s.reserved_bytes[ALL].current > (int64_t)(4 * MIB));
+    EXPECT_ACC(s, reserved_bytes, ALL, held_by_device(f.sim), 0);
+    EXPECT_ACC(s, segment, ALL, 1, 0);
+    CHECK_OK(tide_free(f.t, c));
+    CHECK_OK(tide_free(f.t, a));
+    CHECK_OK(tide_empty_cache(f.t, NULL));         /* the first page goes: the run is what is left */
+    s = stats_of(f.t);
+    check_accumulated(&s, NULL);
+    CHECK(s.accumulated.reserved_bytes[ALL].freed > 0 && s.reserved_bytes[ALL].current > 0);
+    int64_t mapped = s.accumulated.reserved_bytes[ALL].allocated;
+    CHECK_OK(tide_free(f.t, b));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    s = stats_of(f.t);
+    check_accumulated(&s, NULL);
+    EXPECT_ACC(s, reserved_bytes, ALL, mapped, mapped);
+    CHECK(s.accumulated.segment[ALL].allocated == s.accumulated.segment[ALL].freed);
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+
+    fixture_open(&f, 0, NULL);
+    tide_pool_id pool;
+    CHECK_OK(tide_pool_create(f.t, &pool));
+    CHECK_OK(tide_pool_make_sleepable(f.t, pool));
+    void *w;
+    CHECK_OK(tide_malloc_pool(f.t, 4 * MIB, 0, pool, &w));
+    tide_stats awake = stats_of(f.t);
+    CHECK_OK(tide_pool_sleep(f.t, pool, TIDE_SLEEP_DISCARD));
+    s = stats_of(f.t);
+    check_accumulated(&s, NULL);
+    CHECK(s.accumulated.reserved_bytes[ALL].freed == awake.reserved_bytes[ALL].current);
+    CHECK(s.reserved_bytes[ALL].current == 0);
+    CHECK_OK(tide_pool_wake(f.t, pool));
+    s = stats_of(f.t);
+    check_accumulated(&s, NULL);
+    CHECK(s.accumulated.reserved_bytes[ALL].allocated == 2 * awake.reserved_bytes[ALL].current);
+    CHECK_OK(tide_check(f.t));
+    CHECK_OK(tide_free(f.t, w));
+    CHECK_OK(tide_pool_release(f.t, pool));
+    fixture_close(&f);
 }
 
 int main(void)
@@ -576,5 +974,11 @@ int main(void)
     RUN(test_peaks_bound_the_truth_with_two_streams);
     RUN(test_peaks_never_below_values_another_thread_sees);
     RUN(test_device_call_time);
+    RUN(test_accumulated_known_sequence);
+    RUN(test_accumulated_reset);
+    RUN(test_accumulated_active_waits_for_the_device);
+    RUN(test_accumulated_two_streams);
+    RUN(test_oversize);
+    RUN(test_accumulated_pages);
     return HARNESS_EXIT();
 }

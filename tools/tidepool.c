@@ -766,29 +766,40 @@ static int cmd_stats(int argc, char **argv)
     }
     static const char *pools[] = {"all", "small_pool", "large_pool"};
     bool shown[MAX_STATS] = {false};
-    printf("%-22s %12s %12s %12s %12s %12s %12s\n", "", "all", "all peak", "small", "small peak", "large",
-           "large peak");
-    for (int i = 0; i < n; i++) {
-        const char *dot = strchr(st[i].key, '.');
-        if (!dot || shown[i] || strcmp(dot, ".all.current") != 0)
-            continue;
-        char name[96];
-        snprintf(name, sizeof name, "%.*s", (int)(dot - st[i].key), st[i].key);
-        printf("%-22s", name);
-        for (int pool = 0; pool < 3; pool++)
-            for (int peak = 0; peak < 2; peak++) {
-                char want[160], cell[32] = "-";
-                snprintf(want, sizeof want, "%s.%s.%s", name, pools[pool], peak ? "peak" : "current");
-                for (int j = 0; j < n; j++)
-                    if (!strcmp(st[j].key, want)) {
-                        format_stat(cell, name, &st[j], in_bytes);
-                        shown[j] = true;
-                    }
-                printf(" %12s", cell);
-            }
+    /* Two tables: current and peak, then what each statistic gained and lost (allocated, freed). */
+    static const char *const leaves[2][2] = {{"current", "peak"}, {"allocated", "freed"}};
+    static const char *const heads[2][6] = {{"all", "all peak", "small", "small peak", "large", "large peak"},
+                                            {"allocated", "freed", "small alloc", "small freed", "large alloc",
+                                             "large freed"}};
+    for (int table = 0; table < 2; table++) {
+        char first[32];
+        snprintf(first, sizeof first, ".all.%s", leaves[table][0]);
+        printf("%-22s", "");
+        for (int c = 0; c < 6; c++)
+            printf(" %12s", heads[table][c]);
+        printf("\n");
+        for (int i = 0; i < n; i++) {
+            const char *dot = strchr(st[i].key, '.');
+            if (!dot || shown[i] || strcmp(dot, first) != 0)
+                continue;
+            char name[96];
+            snprintf(name, sizeof name, "%.*s", (int)(dot - st[i].key), st[i].key);
+            printf("%-22s", name);
+            for (int pool = 0; pool < 3; pool++)
+                for (int leaf = 0; leaf < 2; leaf++) {
+                    char want[160], cell[32] = "-";
+                    snprintf(want, sizeof want, "%s.%s.%s", name, pools[pool], leaves[table][leaf]);
+                    for (int j = 0; j < n; j++)
+                        if (!strcmp(st[j].key, want)) {
+                            format_stat(cell, name, &st[j], in_bytes);
+                            shown[j] = true;
+                        }
+                    printf(" %12s", cell);
+                }
+            printf("\n");
+        }
         printf("\n");
     }
-    printf("\n");
     for (int i = 0; i < n; i++) {
         if (shown[i])
             continue;

@@ -235,7 +235,6 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     {
         if (!ptr || free_uncached(ptr))
             return;
-        free_count_[device_slot(c10::cuda::current_device())][TIDE_POOL_ALL]++;
         bool tracing = recording_.load(std::memory_order_relaxed) || has_trackers_.load(std::memory_order_relaxed);
         DeviceIndex device = 0;
         size_t size = 0;
@@ -284,12 +283,10 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         case TIDE_EVENT_SEGMENT_RESERVED:
             emit(expandable_ ? cda::TraceEntry::SEGMENT_MAP : cda::TraceEntry::SEGMENT_ALLOC, device, e->addr, e->size,
                  reinterpret_cast<cudaStream_t>(e->stream));
-            count_segment(device, e->size, true);
             return;
         case TIDE_EVENT_SEGMENT_RELEASED:
             emit(expandable_ ? cda::TraceEntry::SEGMENT_UNMAP : cda::TraceEntry::SEGMENT_FREE, device, e->addr,
                  e->size, reinterpret_cast<cudaStream_t>(e->stream));
-            count_segment(device, e->size, false);
             return;
         default:
             return; // out of memory is recorded where PyTorch's is, with the device's free bytes
@@ -310,15 +307,6 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         while (trace_.size() > max_entries_)
             trace_.pop_front();
     }
-    // Accumulated counts of segments and reserved bytes (memory_stats' .allocated and .freed), exact for
-    // all pools together: every reservation and release is an event.
-    void count_segment(DeviceIndex device, size_t size, bool reserved)
-    {
-        size_t slot = device_slot(device);
-        (reserved ? segments_made_ : segments_gone_)[slot]++;
-        (reserved ? reserved_made_ : reserved_gone_)[slot] += size;
-    }
-
     // -- set-up ----------------------------------------------------------------------------------
     void init(int device_count) override
     {
@@ -405,60 +393,45 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     }
 
     // -- statistics ----------------------------------------------------------------------------------
-    static void set(c10::CachingAllocator::Stat &out, const tide_stat &in)
+    // tidepool keeps every statistic of memory_stats() that it has, accumulated ones included (.allocated
+    // and .freed, reset by tide_reset_accumulated_stats); its pools are PyTorch's stat types, in order.
+    static void set(c10::CachingAllocator::Stat &out, const tide_stat &in, const tide_stat_accumulated &acc)
     {
         out.current = in.current;
         out.peak = in.peak;
+        out.allocated = acc.allocated;
+        out.freed = acc.freed;
     }
     cda::DeviceStats getDeviceStats(DeviceIndex device) override
     {
         tide_stats s = stats_of(device);
+        const auto &a = s.accumulated;
         cda::DeviceStats d;
-        for (int k = 0; k < TIDE_POOL_COUNT; k++) { // tidepool's pools are PyTorch's stat types, in order
-            set(d.allocation[k], s.allocation[k]);
-            set(d.segment[k], s.segment[k]);
-            set(d.allocated_bytes[k], s.allocated_bytes[k]);
-            set(d.reserved_bytes[k], s.reserved_bytes[k]);
-            set(d.active_bytes[k], s.active_bytes[k]);
-            set(d.inactive_split_bytes[k], s.inactive_split_bytes[k]);
-            set(d.requested_bytes[k], s.requested_bytes[k]);
-            d.active[k].current = s.allocation[k].current + s.pending_free_blocks[k].current;
-            d.active[k].peak = std::max(d.active[k].current, s.allocation[k].peak + s.pending_free_blocks[k].peak);
-            // Accumulated counts: what tidepool counts since creation, less what was there at the last
-            // resetAccumulatedStats.
-            d.allocation[k].allocated = static_cast<int64_t>(alloc_count_[device_slot(device)][k]);
-            d.allocation[k].freed = static_cast<int64_t>(free_count_[device_slot(device)][k]);
-            d.requested_bytes[k].allocated = static_cast<int64_t>(requested_made_[device_slot(device)][k]);
-        }
-        // Accumulated since the last reset, from tidepool's events (all pools together): segments and
-        // reserved bytes; what was freed follows from what was made and what is held now.
-        size_t slot = device_slot(device);
-        d.segment[TIDE_POOL_ALL].allocated = static_cast<int64_t>(segments_made_[slot].load());
-        d.segment[TIDE_POOL_ALL].freed = static_cast<int64_t>(segments_gone_[slot].load());
-        d.reserved_bytes[TIDE_POOL_ALL].allocated = static_cast<int64_t>(reserved_made_[slot].load());
-        d.reserved_bytes[TIDE_POOL_ALL].freed = static_cast<int64_t>(reserved_gone_[slot].load());
         for (int k = 0; k < TIDE_POOL_COUNT; k++) {
-            // allocated - freed = what the requests hold now less what they held at the reset
-            int64_t now = s.requested_bytes[k].current;
-            d.requested_bytes[k].freed = std::max<int64_t>(0, d.requested_bytes[k].allocated - (now - requested_base_[slot][k]));
+            set(d.allocation[k], s.allocation[k], a.allocation[k]);
+            set(d.segment[k], s.segment[k], a.segment[k]);
+            set(d.active[k], s.active[k], a.active[k]);
+            set(d.allocated_bytes[k], s.allocated_bytes[k], a.allocated_bytes[k]);
+            set(d.reserved_bytes[k], s.reserved_bytes[k], a.reserved_bytes[k]);
+            set(d.active_bytes[k], s.active_bytes[k], a.active_bytes[k]);
+            set(d.inactive_split_bytes[k], s.inactive_split_bytes[k], a.inactive_split_bytes[k]);
+            set(d.requested_bytes[k], s.requested_bytes[k], a.requested_bytes[k]);
+            // inactive_split (a count of blocks) stays 0: tidepool counts the split cache's bytes only.
         }
-        d.num_alloc_retries = static_cast<int64_t>(s.num_alloc_retries - base(device).num_alloc_retries);
-        d.num_ooms = static_cast<int64_t>(s.num_ooms - base(device).num_ooms);
-        d.num_sync_all_streams = static_cast<int64_t>(s.num_sync_all_streams - base(device).num_sync_all_streams);
-        d.num_device_alloc = static_cast<int64_t>(s.num_device_alloc - base(device).num_device_alloc);
-        d.num_device_free = static_cast<int64_t>(s.num_device_free - base(device).num_device_free);
+        set(d.oversize_allocations, s.oversize_allocations, a.oversize_allocations);
+        set(d.oversize_segments, s.oversize_segments, a.oversize_segments);
+        d.num_alloc_retries = static_cast<int64_t>(s.num_alloc_retries);
+        d.num_ooms = static_cast<int64_t>(s.num_ooms);
+        d.num_sync_all_streams = static_cast<int64_t>(s.num_sync_all_streams);
+        d.num_device_alloc = static_cast<int64_t>(s.num_device_alloc);
+        d.num_device_free = static_cast<int64_t>(s.num_device_free);
         d.max_split_size = 0; // tidepool splits every block it caches (max_split_size_mb only if set)
         return d;
     }
     void resetAccumulatedStats(DeviceIndex device) override
     {
-        base(device) = stats_of(device);
-        size_t slot = device_slot(device);
-        for (int k = 0; k < TIDE_POOL_COUNT; k++) {
-            alloc_count_[slot][k] = free_count_[slot][k] = requested_made_[slot][k] = 0;
-            requested_base_[slot][k] = base(device).requested_bytes[k].current;
-        }
-        segments_made_[slot] = segments_gone_[slot] = reserved_made_[slot] = reserved_gone_[slot] = 0;
+        tide_status s = tide_reset_accumulated_stats(allocator_of(device));
+        TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
     }
     void resetPeakStats(DeviceIndex device) override { tide_reset_peak_stats(allocator_of(device)); }
 
@@ -684,13 +657,11 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
                     num(state->device), " set on device ", num(device));
         tide_allocator *t = allocator_of(device);
         cca::CheckpointDelta delta;
-        size_t slot = device_slot(device);
         bool tracing = recording_.load(std::memory_order_relaxed) || has_trackers_.load(std::memory_order_relaxed);
         std::vector<std::pair<void *, size_t>> freed;
         for (auto &b : pool_blocks(t, state->pool)) {
             void *ptr = reinterpret_cast<void *>(b.ptr);
             delta.ptrs_freed.push_back(ptr);
-            free_count_[slot][TIDE_POOL_ALL]++;
             DeviceIndex d = device;
             size_t size = b.requested;
             if (tracing)
@@ -838,9 +809,6 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     void record(cda::TraceEntry::Action action, DeviceIndex device, size_t addr, size_t size,
                 cudaStream_t stream, tide_pool_id pool)
     {
-        size_t slot = device_slot(device);
-        if (action == cda::TraceEntry::ALLOC)
-            count_alloc(slot, size);
         if (!recording_.load(std::memory_order_relaxed) && !has_trackers_.load(std::memory_order_relaxed))
             return;
         std::shared_ptr<c10::GatheredContext> ctx;
@@ -900,14 +868,6 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         trace_.push_back(std::move(e));
         while (trace_.size() > max_entries_)
             trace_.pop_front();
-    }
-    void count_alloc(size_t slot, size_t size)
-    {
-        int k = size <= (1u << 20) && !expandable_ ? TIDE_POOL_SMALL : TIDE_POOL_LARGE;
-        alloc_count_[slot][TIDE_POOL_ALL]++;
-        alloc_count_[slot][k]++;
-        requested_made_[slot][TIDE_POOL_ALL] += size;
-        requested_made_[slot][k] += size;
     }
     // Observers and trackers may be attached while other threads allocate: each list is copied under
     // its lock and called outside it (a tracker may take its own locks, or allocate).
@@ -1018,8 +978,6 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         double gc_threshold = 0;
         size_t max_split_size = SIZE_MAX;
     };
-    size_t device_slot(DeviceIndex d) const { return static_cast<size_t>(d) % kDevices; }
-    tide_stats &base(DeviceIndex d) { return base_[device_slot(d)]; }
 
     std::atomic<bool> enabled_{true};
     std::mutex settings_lock_; // the fractions and the settings: torch may set them while others allocate
@@ -1047,13 +1005,6 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     std::unordered_map<void *, std::pair<DeviceIndex, size_t>> sizes_;
     std::vector<cca::OutOfMemoryObserver> oom_observers_;
     std::vector<cda::AllocatorTraceTracker> trackers_;
-    tide_stats base_[kDevices] = {};
-    std::atomic<uint64_t> alloc_count_[kDevices][TIDE_POOL_COUNT] = {};
-    std::atomic<uint64_t> free_count_[kDevices][TIDE_POOL_COUNT] = {};
-    std::atomic<uint64_t> requested_made_[kDevices][TIDE_POOL_COUNT] = {};
-    int64_t requested_base_[kDevices][TIDE_POOL_COUNT] = {};
-    std::atomic<uint64_t> segments_made_[kDevices] = {}, segments_gone_[kDevices] = {};
-    std::atomic<uint64_t> reserved_made_[kDevices] = {}, reserved_gone_[kDevices] = {};
 };
 
 std::shared_ptr<TidepoolAllocator> instance;

@@ -117,6 +117,17 @@ class SimulatedDevice:
         finally:
             self._leave()
 
+    def reset_accumulated_stats(self):
+        """Starts what stats() accumulates again from 0: each statistic's ".allocated" and ".freed" (what it
+        gained and lost) and the counts of events (num_device_alloc, ...), as PyTorch's
+        reset_accumulated_memory_stats. Current values and peaks stay."""
+        self._enter("reset_accumulated_stats")
+        try:
+            status = _lib.lib().tide_reset_accumulated_stats(self._t)
+        finally:
+            self._leave()
+        _lib.check(status, "tide_reset_accumulated_stats")
+
     def empty_cache(self):
         """Synchronizes the device, drains pending frees and gives every free segment back."""
         self._enter("empty_cache")

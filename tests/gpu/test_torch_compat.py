@@ -79,6 +79,37 @@ feature("memory_stats", "memory_stats(), memory_summary(), memory_snapshot(), me
     assert 0 < free <= total
 """)
 
+feature("memory_stats_accumulated", "memory_stats()' .allocated and .freed, active and oversize, and "
+        "reset_accumulated_memory_stats")("""
+    torch.cuda.reset_accumulated_memory_stats()
+    x = torch.empty(1000, device="cuda")                    # 4000 bytes: the small pool
+    y = torch.empty(5 << 20, dtype=torch.uint8, device="cuda")  # the large pool
+    del x
+    s = torch.cuda.memory_stats()
+    assert s["allocation.all.allocated"] == 2 and s["allocation.all.freed"] == 1, s
+    assert s["active.all.allocated"] == 2 and s["active.all.freed"] == 1, s
+    assert s["allocated_bytes.small_pool.allocated"] == 4096 == s["allocated_bytes.small_pool.freed"], s
+    assert s["allocated_bytes.large_pool.allocated"] == 5 << 20 and s["allocated_bytes.large_pool.freed"] == 0, s
+    assert s["requested_bytes.small_pool.allocated"] == 4000 == s["requested_bytes.small_pool.freed"], s
+    assert s["segment.all.allocated"] == 2 and s["segment.all.freed"] == 0, s
+    for name in ("allocation", "active", "segment", "allocated_bytes", "reserved_bytes", "active_bytes",
+                 "inactive_split_bytes", "requested_bytes"):
+        for pool in ("all", "small_pool", "large_pool"):
+            k = "%s.%s." % (name, pool)
+            assert s[k + "allocated"] - s[k + "freed"] == s[k + "current"], (k, s)
+    for k in ("oversize_allocations", "oversize_segments"):
+        assert s[k + ".current"] == s[k + ".allocated"] == s[k + ".freed"] == 0, s
+    del y
+    torch.cuda.empty_cache()
+    s = torch.cuda.memory_stats()
+    assert s["segment.all.freed"] == 2 and s["reserved_bytes.all.freed"] == s["reserved_bytes.all.allocated"], s
+    assert s["num_device_free"] == 2, s
+    torch.cuda.reset_accumulated_memory_stats()
+    s = torch.cuda.memory_stats()
+    assert all(v == 0 for k, v in s.items() if k.endswith((".allocated", ".freed"))), s
+    assert s["num_device_alloc"] == s["num_device_free"] == 0, s
+""")
+
 feature("memory_history", "_record_memory_history + _snapshot + _dump_snapshot, rendered by "
         "_memory_viz")("""
     import os, pickle, tempfile
