@@ -77,13 +77,24 @@ def _build_library():
     return os.path.realpath(os.path.join(build, "libtidepool.so"))
 
 
+def _soname_of(built):
+    """libtidepool.so.MAJOR for the built libtidepool.so.MAJOR.MINOR.PATCH: its soname."""
+    name = os.path.basename(built)
+    stem, _, version = name.partition(".so.")
+    return "%s.so.%s" % (stem, version.split(".")[0]) if version else name
+
+
 def _files():
     """(name in the wheel, path here) for every file of the package."""
     package = os.path.join(HERE, NAME)
     for name in sorted(os.listdir(package)):
         if name.endswith(".py") or name == "_torch_allocator.cpp":
             yield "%s/%s" % (NAME, name), os.path.join(package, name)
-    yield "%s/libtidepool.so" % NAME, _build_library()
+    # The library goes in under its soname (libtidepool.so.0, from CMake's libtidepool.so.0.2.0): the C++
+    # hooks tidepool.torch compiles link against it, record that name as the one they need, and find
+    # it beside the library through their rpath. Under any other name they would not load.
+    library = _build_library()
+    yield "%s/%s" % (NAME, _soname_of(library)), library
     for header in HEADERS:
         yield "%s/include/%s" % (NAME, header), os.path.join(ROOT, "include", header)
     yield "%s/LICENSE" % _dist_info(), os.path.join(ROOT, "LICENSE")

@@ -30,8 +30,15 @@ cd "$work"
 unset TIDEPOOL_LIBRARY PYTHONPATH
 out=$("$work/env/bin/python" -m tidepool)
 echo "$out"
-echo "$out" | grep -q "^library: $work/env/lib/.*/site-packages/tidepool/libtidepool.so$" ||
+echo "$out" | grep -q "^library: $work/env/lib/.*/site-packages/tidepool/libtidepool.so.[0-9]*$" ||
     { echo "FAIL: python -m tidepool does not use the library installed with the package"; exit 1; }
+# The C++ hooks link against the installed library and load it by its soname through their rpath:
+# the file must carry that name (a wheel that held it as libtidepool.so broke tidepool.torch.enable()).
+lib=$(echo "$out" | sed -n 's/^library: //p')
+soname=$(objdump -p "$lib" | awk '$1 == "SONAME" {print $2}')
+[ "$soname" = "$(basename "$lib")" ] ||
+    { echo "FAIL: the installed library is $(basename "$lib") but its soname is '$soname'"; exit 1; }
+echo "ok: the installed library is named as its soname ($soname)"
 echo "$out" | grep -q "^simulated device: available" || { echo "FAIL: no simulated device"; exit 1; }
 # Without a driver, the reason names the one file the driver is (not a second name tried after it).
 if echo "$out" | grep "^CUDA devices: 0 (the CUDA driver" | grep -q "libcuda\.so:"; then
