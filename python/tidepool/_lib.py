@@ -147,9 +147,11 @@ def library_path():
         if not os.path.exists(env):
             raise TidepoolError("TIDEPOOL_LIBRARY=%s: no such file" % env)
         return env
-    bundled = os.path.join(_HERE, "libtidepool.so")
-    if os.path.exists(bundled):
-        return bundled
+    # An installed package holds the library under its soname, libtidepool.so.MAJOR
+    # (python/tidepool_build.py).
+    for name in sorted(os.listdir(_HERE)):
+        if name.startswith("libtidepool.so."):
+            return os.path.join(_HERE, name)
     root = source_root()
     if root is None:
         raise TidepoolError("libtidepool.so not found: set TIDEPOOL_LIBRARY or reinstall the package")
