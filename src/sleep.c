@@ -186,22 +186,29 @@ void sleep_host_cache_drop(tide_allocator *t, tide_pool_id pool)
     }
 }
 
-/* A copy done with: its buffer kept for pool's next sleep (keep_for, from a wake), or given back
- * (TIDE_POOL_ALL_HOST_BUFFERS: a failed sleep, tide_destroy). */
-static void copy_release(tide_allocator *t, struct sleep_copy *c, tide_pool_id keep_for)
+/* A copy done with, its buffer given back (a failed sleep, tide_destroy). */
+static void copy_release(tide_allocator *t, struct sleep_copy *c)
 {
     if (!c)
         return;
-    if (c->host && keep_for != TIDE_POOL_ALL_HOST_BUFFERS)
-        host_cache_keep(t, keep_for, c->host, c->host_bytes);
-    else if (c->host)
+    if (c->host)
         t->backend.host_free(t->backend.ctx, c->host, c->host_bytes);
+    free(c);
+}
+
+/* A copy a wake wrote back: its buffer kept for pool's next sleep. */
+static void copy_keep_buffer(tide_allocator *t, struct sleep_copy *c, tide_pool_id pool)
+{
+    if (!c)
+        return;
+    if (c->host)
+        host_cache_keep(t, pool, c->host, c->host_bytes);
     free(c);
 }
 
 void sleep_copy_free(tide_allocator *t, struct segment *run)
 {
-    copy_release(t, run->copy, TIDE_POOL_ALL_HOST_BUFFERS);
+    copy_release(t, run->copy);
     run->copy = NULL;
 }
 
@@ -235,7 +242,7 @@ static tide_status copy_out(tide_allocator *t, struct heap *h, struct segment *r
     if (s != TIDE_OK) {
         format_bytes(c->bytes, sz);
         c->host = NULL;
-        copy_release(t, c, TIDE_POOL_ALL_HOST_BUFFERS);
+        copy_release(t, c);
         return tide__fail_with_context(s == TIDE_ENOMEM ? TIDE_EHOSTMEM : s, "tide_pool_sleep: taking %s of "
                                        "host memory from the %s backend for the pool's contents", sz,
                                        be->name);
@@ -245,7 +252,7 @@ static tide_status copy_out(tide_allocator *t, struct heap *h, struct segment *r
         tide__clear_backend_message();
         s = be->copy_to_host(be->ctx, (char *)c->host + e.offset, e.addr, e.size);
         if (s != TIDE_OK) {
-            copy_release(t, c, TIDE_POOL_ALL_HOST_BUFFERS);
+            copy_release(t, c);
             return tide__fail_with_context(s, "tide_pool_sleep: copying %s at 0x%llx to host memory",
                                            format_bytes(e.size, sz), (unsigned long long)e.addr);
         }
@@ -581,7 +588,7 @@ tide_status tide_pool_wake(tide_allocator *t, tide_pool_id pool)
             run->asleep = false;
             run->copy = NULL;
             heap_unlock(heaps[i]);
-            copy_release(t, c, pool); /* its buffer, for the pool's next sleep */
+            copy_keep_buffer(t, c, pool);
         }
     if (s == TIDE_OK) /* awake: allocations come again, and the pool's use count decides what it keeps */
         pool_sleep_mark(t, pool, "tide_pool_wake", -1, NULL, NULL, NULL);
