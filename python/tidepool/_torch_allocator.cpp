@@ -16,7 +16,9 @@
 #include <torch/version.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -24,6 +26,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -101,6 +104,34 @@ std::string format_size(uint64_t size)
     return buf;
 }
 
+// ---- the time spent in tidepool's calls (opt-in) -------------------------------------------------------
+// TIDEPOOL_TIME_CALLS=1 in the environment when enable() runs: every allocation and free that PyTorch
+// asks of tidepool adds the steady_clock time it took (tidepool's core and this file's bookkeeping
+// around it) to one counter, which tidepool.torch._call_ns() reads. Off, the cost is the one branch
+// on call_timing, which never changes after enable().
+bool call_timing = false;
+std::atomic<uint64_t> call_ns{0};
+std::atomic<uint64_t> call_count{0};
+
+struct CallClock {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    ~CallClock()
+    {
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+        call_ns.fetch_add(static_cast<uint64_t>(ns.count()), std::memory_order_relaxed);
+        call_count.fetch_add(1, std::memory_order_relaxed);
+    }
+};
+
+// f() timed if the timer is on (also when it throws: the clock stops as it unwinds).
+template <class F> inline auto timed(F &&f) -> decltype(f())
+{
+    if (!call_timing)
+        return f();
+    CallClock clock;
+    return f();
+}
+
 // ---- the allocator -------------------------------------------------------------------------------
 
 void free_block(void *ptr);
@@ -117,7 +148,7 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     c10::DataPtr allocate(size_t size) override
     {
         DeviceIndex device = c10::cuda::current_device();
-        void *p = malloc_on(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
+        void *p = timed([&] { return malloc_on(size, device, c10::cuda::getCurrentCUDAStream(device).stream()); });
         return {p, p, &free_block, c10::Device(c10::DeviceType::CUDA, device)};
     }
     c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
@@ -128,11 +159,11 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     void *raw_alloc(size_t nbytes) override
     {
         DeviceIndex device = c10::cuda::current_device();
-        return malloc_on(nbytes, device, c10::cuda::getCurrentCUDAStream(device).stream());
+        return timed([&] { return malloc_on(nbytes, device, c10::cuda::getCurrentCUDAStream(device).stream()); });
     }
     void *raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override
     {
-        return malloc_on(nbytes, c10::cuda::current_device(), stream);
+        return timed([&] { return malloc_on(nbytes, c10::cuda::current_device(), stream); });
     }
     void raw_delete(void *ptr) override { free_block(ptr); }
 
@@ -1009,10 +1040,11 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
 
 std::shared_ptr<TidepoolAllocator> instance;
 
+// Every free of tidepool's memory comes here: the DataPtrs' deleter and raw_delete.
 void free_block(void *ptr)
 {
     if (instance)
-        instance->free_ptr(ptr);
+        timed([&] { instance->free_ptr(ptr); });
 }
 
 void on_core_event(void *ctx, const tide_event *e)
@@ -1026,6 +1058,8 @@ void on_core_event(void *ctx, const tide_event *e)
 void enable(const std::string &config, bool expandable, double gc_threshold, int64_t max_split_size)
 {
     TORCH_CHECK(!devices, "tidepool is already PyTorch's allocator in this process");
+    const char *timing = std::getenv("TIDEPOOL_TIME_CALLS");
+    call_timing = timing && *timing && std::strcmp(timing, "0") != 0;
     tide_devices *set = nullptr;
     tide_status s = tide_devices_create(config.empty() ? nullptr : config.c_str(), &set);
     TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
@@ -1141,6 +1175,14 @@ uint64_t mempool_pool_id(int device, uint64_t first, uint64_t second)
 
 uint64_t allocator_address(int device) { return reinterpret_cast<uintptr_t>(allocator_of(device)); }
 
+// TIDEPOOL_TIME_CALLS: whether the timer is on, the nanoseconds in tidepool's allocations and frees
+// so far, and how many calls they were.
+std::tuple<bool, uint64_t, uint64_t> call_time()
+{
+    return std::make_tuple(call_timing, call_ns.load(std::memory_order_relaxed),
+                           call_count.load(std::memory_order_relaxed));
+}
+
 } // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
@@ -1161,4 +1203,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("leak_report", &leak_report);
     m.def("mempool_pool_id", &mempool_pool_id, "the tidepool pool of a MemPool (device, id.first, id.second)");
     m.def("allocator_address", &allocator_address, "one device's tide_allocator, for ctypes calls");
+    m.def("call_time", &call_time, "(timer on, ns in tidepool's allocations and frees, their number): "
+          "TIDEPOOL_TIME_CALLS=1 at enable() turns the timer on");
 }

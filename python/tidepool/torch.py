@@ -175,6 +175,15 @@ def _require():
     return _shim
 
 
+def _call_ns():
+    """(nanoseconds, calls): the time PyTorch's allocations and frees spent in tidepool so far (its core
+    and the C++ hooks' bookkeeping, steady_clock around each call), and how many there were; None
+    unless TIDEPOOL_TIME_CALLS=1 was in the environment when enable() ran. Off, the timer costs one
+    branch a call."""
+    on, ns, calls = _require().call_time()
+    return (ns, calls) if on else None
+
+
 def _device_index(device):
     """A device index from None (the current device), a torch.device or its name ("cuda:1"), or an int;
     checked before it reaches the C++ hooks, whose int would not hold every Python int."""
