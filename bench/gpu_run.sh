@@ -8,7 +8,10 @@
 #                                   JSON in $OUT), and the package installed with pip: python -m tidepool
 #   bench/gpu_run.sh train WORKLOADS [STEPS]  real training, five allocators in alternating rounds
 #                                   (bench/train.py: seed, gpt2, resnet50, lstm; default 100 steps),
-#                                   JSON in $OUT/train_WORKLOADS.json; one workload fits a call
+#                                   then one run of each tidepool allocator with its own time measured,
+#                                   JSON in $OUT/train_WORKLOADS.json; one workload fits a call.
+#                                   ROUNDS=n rounds (default 5), ALLOCATORS=native,tidepool (default
+#                                   all five), TIMED_RUNS=n timed runs (default 1)
 #   bench/gpu_run.sh record-train [STEPS]  each train.py workload once under each tidepool allocator
 #                                   (default 40 steps), its allocations recorded: $OUT/train_traces.tar
 #                                   (traces for tidepool replay, and where the live run's steps began and
@@ -112,6 +115,7 @@ train)
     build
     python3 -c "import sys; sys.path.insert(0, 'python'); import tidepool.torch as t; t._build_shim()" 2>&1 | tail -2
     python3 bench/train.py --workloads "${2:-seed}" --rounds "${ROUNDS:-5}" --steps "${3:-100}" \
+        ${ALLOCATORS:+--allocators "$ALLOCATORS"} --timed-runs "${TIMED_RUNS:-1}" \
         --json "$OUT/train_$(echo "${2:-seed}" | tr , _).json"
     ;;
 record-train)
@@ -257,7 +261,11 @@ pip-only)
     find "$SP/nvidia" -maxdepth 4 -name include -type d 2>/dev/null | head -20
     find "$SP/nvidia" -name cuda_runtime_api.h 2>/dev/null | head -3
     venv=$(mktemp -d)/venv
-    python3 -m venv --system-site-packages "$venv"
+    # A plain venv that sees torch's site-packages through a .pth file: --system-site-packages would
+    # show the system's, and torch may live in a venv of its own.
+    python3 -m venv "$venv"
+    echo "$SP" > "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/machine_torch.pth"
+    "$venv/bin/python" -c 'import torch; print("the venv sees torch", torch.__version__, "at", torch.__file__)'
     nvcc_dir=$(dirname "$(command -v nvcc 2>/dev/null || echo /nonexistent/nvcc)")
     path=$(echo "$PATH" | tr : '\n' | grep -vx "$nvcc_dir" | paste -sd:)
     echo "== pip install --no-build-isolation ./python (nvcc off the PATH, no CUDA_HOME)"

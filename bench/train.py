@@ -1,7 +1,7 @@
 """Real training under several allocators, in alternating rounds, one table.
 
     python3 bench/train.py [--workloads seed,gpt2,resnet50,lstm] [--allocators native,...]
-                           [--rounds 5] [--steps 200] [--json OUT.json]
+                           [--rounds 5] [--steps 200] [--timed-runs 1] [--json OUT.json]
     python3 bench/train.py --summarize OUT1.json OUT2.json ...     (one table from several runs)
     python3 bench/train.py --record DIR [--workloads ...] [--steps N]   (each tidepool allocator once,
                            its allocations recorded as a trace, with where each step begins and where
@@ -28,7 +28,9 @@ Workloads (each step varies its shape over a fixed set; the warm-up is the first
   lstm      embedding 512, a 2-layer LSTM of 1024, a 10,000-word head, batch 64, sequence lengths
             over 8 shapes from 32 to 256, Adam
 
-Per run: the median step time after the warm-up; the device's peak use by NVML (sampled after each
+Per run: the median step time after the warm-up, wall (synchronize, step, synchronize) and on the GPU
+(CUDA events recorded on the current stream around the step: from the step's first work to its last);
+the device's peak use by NVML (sampled after each
 step), and the floor beneath it (NVML's use once CUDA and cuBLAS are up, less what the allocator then
 reserves: the context and libraries no allocator can save); peak allocated and reserved (torch.cuda's
 counters, which tidepool serves); reserved after a final empty_cache; driver allocations and frees
@@ -37,6 +39,11 @@ and after it, with the steps that made them, and under tidepool the time they to
 after the warm-up leaves out the seed loop's empty_cache step and the step after it, which must
 release and reserve again (those are counted apart); and flatness: the largest step-to-step growth of
 reserved memory over the last half of the steps (for seed, leaving out those same steps).
+
+tidepool's own time: after the rounds, --timed-runs more runs of each workload under each tidepool
+allocator with TIDEPOOL_TIME_CALLS=1, which times every allocation and free PyTorch asks of tidepool
+(tidepool.torch._call_ns()); per step, the median of that time and of the number of calls. They are
+apart from the rounds, so that the timer's own cost (two clock reads a call) touches no compared run.
 """
 import argparse
 import json
@@ -156,7 +163,7 @@ def write_recording(tt, path, warmup):
                    "dropped": history.get("dropped")}, f)
 
 
-def child(allocator, workload, steps, record=None):
+def child(allocator, workload, steps, record=None, timed=False):
     torch_conf, tidepool_conf = ALLOCATORS[allocator]
     if torch_conf:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = torch_conf
@@ -164,6 +171,10 @@ def child(allocator, workload, steps, record=None):
         os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     import pynvml
     import torch
+    if timed:
+        os.environ["TIDEPOOL_TIME_CALLS"] = "1"
+    else:
+        os.environ.pop("TIDEPOOL_TIME_CALLS", None)
     if tidepool_conf is not None:
         sys.path.insert(0, os.path.join(ROOT, "python"))
         import tidepool.torch
@@ -181,7 +192,9 @@ def child(allocator, workload, steps, record=None):
     floor = device_used() - torch.cuda.memory_reserved()
     del a
     warmup, step, touched_by_empty_cache = make_workload(workload, torch)
-    times, reserved, device_peak = [], [], 0
+    times, gpu_times, own, reserved, device_peak = [], [], [], [], 0
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    clock = tidepool.torch._call_ns if timed and tidepool_conf is not None else (lambda: None)
     # [step, allocations, frees, ns] for each step that called the driver (ns: tidepool's
     # device_call_ns, 0 under PyTorch's allocators)
     steps_with_calls = []
@@ -193,11 +206,19 @@ def child(allocator, workload, steps, record=None):
             tidepool.torch.annotate("step %d" % i)
         before, before_ns = driver_calls(torch), driver_ns()
         torch.cuda.synchronize()
+        own_before = clock()
         t0 = time.perf_counter()
+        start.record()
         step(i)
+        end.record()
         torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        own_after = clock()
         if i >= warmup:
-            times.append(time.perf_counter() - t0)
+            times.append(t1 - t0)
+            gpu_times.append(start.elapsed_time(end) / 1000)
+            if own_after is not None:
+                own.append([own_after[0] - own_before[0], own_after[1] - own_before[1]])
         device_peak = max(device_peak, device_used())
         reserved.append(torch.cuda.memory_reserved())
         made = difference(driver_calls(torch), before) or [0, 0]
@@ -227,6 +248,10 @@ def child(allocator, workload, steps, record=None):
         write_recording(tidepool.torch, record, warmup)
     return {"allocator": allocator, "workload": workload, "backend": torch.cuda.memory.get_allocator_backend(),
             "warmup_steps": warmup, "steps": steps, "ms_per_step": 1000 * statistics.median(times),
+            "gpu_ms_per_step": 1000 * statistics.median(gpu_times), "timed": bool(own),
+            "own_ms_per_step": statistics.median(o[0] for o in own) / 1e6 if own else None,
+            "own_calls_per_step": statistics.median(o[1] for o in own) if own else None,
+            "step_ms": [round(1000 * t, 4) for t in times], "step_gpu_ms": [round(1000 * t, 4) for t in gpu_times],
             "device_peak": device_peak, "device_floor": floor, "peak_allocated": peak_allocated,
             "peak_reserved": peak_reserved, "reserved_after_empty_cache": torch.cuda.memory_reserved(),
             "driver_calls_warmup": calls_in("warmup"),
@@ -261,6 +286,7 @@ def around_empty_cache(runs):
 
 
 def table(runs, allocators, workloads):
+    runs = [x for x in runs if not x.get("timed")]
     print("\n| workload | allocator | ms/step (median of runs) | ratio to %s: median of rounds (spread) "
           "| device peak MiB (NVML) | peak reserved MiB | peak allocated MiB | reserved / allocated "
           "| reserved after empty_cache MiB | driver allocs + frees, warm-up | after warm-up "
@@ -291,9 +317,46 @@ def table(runs, allocators, workloads):
               % (workload, mib(min(floors)), mib(max(floors))))
 
 
-def run_child(allocator, workload, steps, record=None):
+def spread(values):
+    values = sorted(values)
+    return "%.3f (%.3f-%.3f)" % (statistics.median(values), values[0], values[-1]) if values else "n/a"
+
+
+def step_table(runs, allocators, workloads):
+    """Step time: wall and GPU (CUDA events), each a median of runs and the median (spread) of the
+    rounds' ratios to the first allocator; tidepool's own time per step from the timed runs."""
+    print("\n| workload | allocator | rounds | wall ms/step | wall ratio to %s: median of rounds (spread) "
+          "| GPU ms/step (CUDA events) | GPU ratio: median of rounds (spread) | tidepool's own ms/step "
+          "(timed run) | its calls/step | its share of the wall step |" % allocators[0])
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for workload in workloads:
+        rounds = [x for x in runs if x["workload"] == workload and not x.get("timed")]
+        base = {x["round"]: x for x in rounds if x["allocator"] == allocators[0]}
+        for alloc in allocators:
+            mine = [x for x in rounds if x["allocator"] == alloc]
+            if not mine:
+                continue
+            wall = [x["ms_per_step"] / base[x["round"]]["ms_per_step"] for x in mine if x["round"] in base]
+            gpu = [x["gpu_ms_per_step"] / base[x["round"]]["gpu_ms_per_step"] for x in mine
+                   if x["round"] in base and x.get("gpu_ms_per_step") and base[x["round"]].get("gpu_ms_per_step")]
+            timed = [x for x in runs if x["workload"] == workload and x["allocator"] == alloc and x.get("timed")]
+            wall_ms = statistics.median(x["ms_per_step"] for x in mine)
+            if timed:
+                own = statistics.median(x["own_ms_per_step"] for x in timed)
+                own_cols = "%.3f | %.0f | %.2f%%" % (own, statistics.median(x["own_calls_per_step"] for x in timed),
+                                                    100 * own / statistics.median(x["ms_per_step"] for x in timed))
+            else:
+                own_cols = " | | "
+            gpu_ms = [x["gpu_ms_per_step"] for x in mine if x.get("gpu_ms_per_step")]
+            print("| %s | %s | %d | %.2f | %s | %s | %s | %s |" % (
+                workload, alloc, len(mine), wall_ms, spread(wall),
+                "%.2f" % statistics.median(gpu_ms) if gpu_ms else "n/a", spread(gpu), own_cols))
+
+
+def run_child(allocator, workload, steps, record=None, timed=False):
     """One run in a fresh process: its result."""
     command = [sys.executable, __file__, "--child", allocator, workload, "--steps", str(steps)]
+    command += ["--child-timed"] if timed else []
     p = subprocess.run(command + (["--child-record", record] if record else []), capture_output=True, text=True)
     if p.returncode != 0:
         sys.stderr.write(p.stdout[-2000:] + p.stderr[-4000:])
@@ -307,6 +370,9 @@ def main():
     ap.add_argument("--allocators", default=",".join(ALLOCATORS))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--timed-runs", type=int, default=1,
+                    help="after the rounds, this many runs of each workload under each tidepool allocator "
+                    "with tidepool's own time measured (TIDEPOOL_TIME_CALLS=1)")
     ap.add_argument("--json")
     ap.add_argument("--summarize", nargs="+", metavar="JSON",
                     help="print the table of runs saved by earlier --json runs, measuring nothing")
@@ -316,13 +382,14 @@ def main():
                     "and WORKLOAD_ALLOCATOR.json, where its steps begin in the trace and its driver calls")
     ap.add_argument("--child", nargs=2, metavar=("ALLOCATOR", "WORKLOAD"), help=argparse.SUPPRESS)
     ap.add_argument("--child-record", help=argparse.SUPPRESS)
+    ap.add_argument("--child-timed", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     allocators, workloads = args.allocators.split(","), args.workloads.split(",")
     for a in allocators:
         if a not in ALLOCATORS:
             ap.error("no allocator %r (%s)" % (a, ", ".join(ALLOCATORS)))
     if args.child:
-        print(json.dumps(child(args.child[0], args.child[1], args.steps, args.child_record)))
+        print(json.dumps(child(args.child[0], args.child[1], args.steps, args.child_record, args.child_timed)))
         return 0
     if args.record:
         os.makedirs(args.record, exist_ok=True)
@@ -336,24 +403,37 @@ def main():
         runs = [run for path in args.summarize for run in json.load(open(path))]
         present = [a for a in allocators if any(x["allocator"] == a for x in runs)]
         table(runs, present, [w for w in dict.fromkeys(x["workload"] for x in runs)])
+        step_table(runs, present, [w for w in dict.fromkeys(x["workload"] for x in runs)])
         return 0
     runs = []
+
+    def save(run):
+        runs.append(run)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(runs, f, indent=1)
     for workload in workloads:
         for r in range(args.rounds):
             order = allocators[r % len(allocators):] + allocators[:r % len(allocators)]
             for alloc in order:
                 run = run_child(alloc, workload, args.steps)
                 run["round"] = r
-                runs.append(run)
-                print("round %d %-19s %-8s %8.2f ms/step  device %6s MiB  reserved %6s MiB  allocated %6s MiB  "
-                      "driver calls after warm-up %s" % (r + 1, alloc, workload, run["ms_per_step"],
-                                                          mib(run["device_peak"]), mib(run["peak_reserved"]),
-                                                          mib(run["peak_allocated"]),
-                                                          calls(run["driver_calls_after_warmup"])), flush=True)
-                if args.json:
-                    with open(args.json, "w") as f:
-                        json.dump(runs, f, indent=1)
+                save(run)
+                print("round %d %-19s %-8s %8.2f ms/step (GPU %8.2f)  device %6s MiB  reserved %6s MiB  "
+                      "allocated %6s MiB  driver calls after warm-up %s"
+                      % (r + 1, alloc, workload, run["ms_per_step"], run["gpu_ms_per_step"],
+                         mib(run["device_peak"]), mib(run["peak_reserved"]), mib(run["peak_allocated"]),
+                         calls(run["driver_calls_after_warmup"])), flush=True)
+        for t in range(args.timed_runs):
+            for alloc in (a for a in allocators if ALLOCATORS[a][1] is not None):
+                run = run_child(alloc, workload, args.steps, timed=True)
+                run["round"] = None
+                save(run)
+                print("timed   %-19s %-8s %8.2f ms/step (GPU %8.2f)  tidepool's own %.3f ms/step in %d calls"
+                      % (alloc, workload, run["ms_per_step"], run["gpu_ms_per_step"], run["own_ms_per_step"],
+                         run["own_calls_per_step"]), flush=True)
     table(runs, allocators, workloads)
+    step_table(runs, allocators, workloads)
     return 0
 
 
