@@ -1,7 +1,37 @@
 // tidepool as PyTorch's CUDA allocator: a c10::cuda::CUDACachingAllocator::CUDAAllocator of its own,
 // so that torch.cuda's whole memory API (stats, snapshots, history, cacheInfo, CUDA graphs and their
-// private pools, MemPool, IPC) works as under PyTorch's allocator. tidepool.torch compiles it on first
-// use with PyTorch's extension builder, against the torch that runs, and links it with libtidepool.
+// private pools, MemPool, IPC) works as under PyTorch's allocator. pip install compiles it against the
+// torch of the build environment when there is one (python/tidepool_build.py); otherwise, or for another
+// torch, tidepool.torch compiles it on first use with PyTorch's extension builder, against the torch
+// that runs. Either way it links with libtidepool.
+//
+// PyTorch releases. CUDAAllocator's virtual methods change from release to release; the #if blocks
+// below follow torch/version.h. Each was written from these headers (c10/cuda/CUDACachingAllocator.h,
+// c10/core/CachingDeviceAllocator.h):
+//   2.11.0  the headers of the installed 2.11.0+cu130 wheel, read in full; the only release this file
+//           was compiled and tested against on a GPU.
+//   2.8.0   the release's CUDACachingAllocator.h and CachingDeviceAllocator.h as merged into the ROCm
+//           fork (its version.txt: 2.8.0), read in full. This file passed a syntax check against those
+//           declarations put over the 2.11 headers, which is not a compile against 2.8.
+//   2.9, 2.10  no release header could be read whole. main's headers between the releases were read,
+//           and each change below is placed before or after a branch cut (2.9: 2025-09-08, 2.10:
+//           about 2025-12-10) by the date of the pull request that made it. Two changes landed within days
+//           of the 2.10 cut (setUseOnOOM's use_on_oom, setNoSplit): for 2.10 both forms are declared
+//           without `override`, so that whichever torch declares is the one it calls.
+// The differences:
+//   - the trace types (TraceEntry, SegmentInfo, BlockInfo, RecordContext, CreateContextFn,
+//     AllocatorTraceTracker) live in c10::cuda::CUDACachingAllocator up to 2.10 and in
+//     c10::CachingDeviceAllocator from 2.11, where the old names remain as aliases;
+//     SegmentInfo::stream is a cudaStream_t up to 2.10 and a void* from 2.11;
+//   - snapshot(mempool_id) gains include_traces in 2.11;
+//   - recordHistory gains skip_actions in 2.11;
+//   - createOrIncrefPool takes a CUDAAllocator* up to 2.10, a std::shared_ptr from 2.11;
+//   - setUseOnOOM(device, id) gains use_on_oom (2.11; 2.10 either), setNoSplit is new (2.11; 2.10
+//     either; absent from 2.8 and 2.9);
+//   - getExpandableSegmentSizes is new in 2.10 (absent from 2.8 and 2.9);
+//   - MempoolId_t is c10::cuda's in 2.8; later releases define it in c10 and keep c10::cuda's name.
+// Releases after 2.11 add pure virtual methods (main's header after the 2.11 cut declares
+// attachOomRejectionObserver) that this file does not define yet: it does not compile against them.
 #include <torch/extension.h>
 
 #include <c10/core/CachingDeviceAllocator.h>
@@ -35,10 +65,17 @@
 
 namespace {
 
+#define TIDEPOOL_TORCH_AT_LEAST(major, minor)                                                               \
+    (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
 namespace cca = c10::cuda::CUDACachingAllocator;
+#if TIDEPOOL_TORCH_AT_LEAST(2, 11)
 namespace cda = c10::CachingDeviceAllocator;
+#else
+namespace cda = c10::cuda::CUDACachingAllocator; // the trace types, and DeviceStats by an alias
+#endif
 using c10::DeviceIndex;
-using c10::MempoolId_t;
+using c10::cuda::MempoolId_t; // 2.8 has no c10::MempoolId_t; later releases keep this alias
 
 tide_devices *devices = nullptr;
 
@@ -69,9 +106,8 @@ tide_stats stats_of(DeviceIndex device)
     return s;
 }
 
-// The PyTorch releases this file is written against: the overrides below are those of 2.8 and later
-// (the pool-aware emptyCache, checkpoints, setUseOnOOM, setNoSplit). An older torch is refused by
-// tidepool.torch before this file is compiled, naming its version (torch/version.h has the same).
+// The PyTorch releases this file is written against: 2.8 to 2.11 (see the top of the file). An older
+// torch is refused by tidepool.torch before this file is compiled, naming its version.
 
 // tidepool's snapshot as structures (tide_snapshot_take), freed with the owner.
 using Snapshot = std::unique_ptr<tide_snapshot, void (*)(tide_snapshot *)>;
@@ -412,7 +448,9 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
             *size = seg;
         return reinterpret_cast<void *>(base);
     }
+#if TIDEPOOL_TORCH_AT_LEAST(2, 10)
     std::vector<cca::StreamSegmentSize> getExpandableSegmentSizes(DeviceIndex) override { return {}; }
+#endif
     void recordStream(const c10::DataPtr &ptr, c10::cuda::CUDAStream stream) override
     {
         // Memory tidepool does not own (received over IPC, from_blob, DLPack) has no block whose reuse
@@ -490,8 +528,15 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     // MemPool(allocator=...): the pool's segments are reserved with that allocator (ncclMemAlloc,
     // symmetric memory, another program's pool) and released with it, tidepool caching on top
     // (tide_pool_create_with_backend). The allocator is kept alive as long as tidepool is.
+#if TIDEPOOL_TORCH_AT_LEAST(2, 11)
     void createOrIncrefPool(DeviceIndex device, MempoolId_t id, std::shared_ptr<cca::CUDAAllocator> allocator) override
     {
+#else
+    // Up to 2.10 torch passes the MemPool's allocator by pointer and the MemPool keeps it alive.
+    void createOrIncrefPool(DeviceIndex device, MempoolId_t id, cca::CUDAAllocator *given) override
+    {
+        std::shared_ptr<cca::CUDAAllocator> allocator(given, [](cca::CUDAAllocator *) {});
+#endif
         std::lock_guard<std::mutex> g(pool_lock_);
         auto key = std::make_pair(device, id);
         if (pools_.count(key)) {
@@ -585,7 +630,13 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         tide_status s = tide_pool_release(allocator_of(device), it->second);
         TORCH_CHECK(s == TIDE_OK, "tidepool: ", tide_last_error());
     }
+#if TIDEPOOL_TORCH_AT_LEAST(2, 11)
     void setUseOnOOM(DeviceIndex device, MempoolId_t id, bool use_on_oom) override
+#else
+    // torch 2.8 and 2.9 call setUseOnOOM(device, id) for MemPool(use_on_oom=True); 2.10 one of the two.
+    void setUseOnOOM(DeviceIndex device, MempoolId_t id) { setUseOnOOM(device, id, true); }
+    void setUseOnOOM(DeviceIndex device, MempoolId_t id, bool use_on_oom)
+#endif
     {
         std::lock_guard<std::mutex> g(pool_lock_);
         auto key = std::make_pair(device, id);
@@ -596,7 +647,11 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     }
     // PyTorch's no_split keeps a pool's blocks whole; tidepool splits within a pool's own segments
     // only, which no allocation outside it can reach, so there is nothing to change.
+#if TIDEPOOL_TORCH_AT_LEAST(2, 11)
     void setNoSplit(DeviceIndex, MempoolId_t) override {}
+#else
+    void setNoSplit(DeviceIndex, MempoolId_t) {} // torch 2.8 and 2.9 have none; 2.10 may
+#endif
     bool checkPoolLiveAllocations(DeviceIndex device, MempoolId_t id,
                                   const std::unordered_set<void *> &expected) override
     {
@@ -718,7 +773,12 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
     }
 
     // -- snapshots and history -----------------------------------------------------------------------
+#if TIDEPOOL_TORCH_AT_LEAST(2, 11)
     cca::SnapshotInfo snapshot(MempoolId_t mempool_id, bool include_traces) override
+#else
+    cca::SnapshotInfo snapshot(MempoolId_t mempool_id) override { return snapshot(mempool_id, true); }
+    cca::SnapshotInfo snapshot(MempoolId_t mempool_id, bool include_traces)
+#endif
     {
         cca::SnapshotInfo info;
         int ndev = c10::cuda::device_count();
@@ -753,7 +813,7 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
                 s.device = d;
                 s.address = seg.address;
                 s.total_size = seg.size;
-                s.stream = reinterpret_cast<void *>(seg.stream);
+                s.stream = reinterpret_cast<decltype(s.stream)>(seg.stream); // cudaStream_t up to 2.10
                 s.is_large = seg.pool == TIDE_POOL_LARGE;
                 s.is_expandable = seg.expandable != 0;
                 s.owner_private_pool_id = torch_ids.count(seg.private_pool) ? torch_ids[seg.private_pool]
@@ -823,8 +883,13 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         return devices && tide_devices_get(devices, d, &t) == TIDE_OK;
     }
     bool isHistoryEnabled() override { return recording_.load(); }
+#if TIDEPOOL_TORCH_AT_LEAST(2, 11)
     void recordHistory(bool enabled, cda::CreateContextFn context_recorder, size_t max_entries,
                        cda::RecordContext when, bool clear_history, const std::vector<std::string> &) override
+#else
+    void recordHistory(bool enabled, cda::CreateContextFn context_recorder, size_t max_entries,
+                       cda::RecordContext when, bool clear_history) override
+#endif
     {
         std::lock_guard<std::mutex> g(history_lock_);
         context_recorder_ = context_recorder;
