@@ -4,11 +4,16 @@ wheel. That is what lets the same command work offline, in a fresh virtual envir
 build isolation (setuptools alone, as a venv has it, cannot write a wheel without the `wheel` package).
 
 The wheel holds the Python package, libtidepool.so built from this repository with CMake, and the
-headers the PyTorch allocator compiles against. The version is the one include/tidepool.h defines: it
-is written there only.
+headers the PyTorch allocator compiles against. Where torch imports in the build environment
+(pip install --no-build-isolation ./python), it holds tidepool.torch's C++ hooks too, compiled here
+against that torch (tidepool/_torch_hooks.py says how), so that enable() compiles nothing for it; where
+torch does not import or the compile fails, the wheel is built without them and the build says why in
+one line. The version is the one include/tidepool.h defines: it is written there only.
 """
 import base64
 import hashlib
+import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -31,7 +36,23 @@ METADATA = [
     ("Classifier", "Operating System :: POSIX :: Linux"),
     ("Classifier", "License :: OSI Approved :: MIT License"),
 ]
-EXTRAS = {"torch": "torch>=2.11", "cupy": "cupy-cuda13x", "numba": "numba-cuda", "cuda-core": "cuda-core"}
+
+def _hooks():
+    """tidepool/_torch_hooks.py, loaded by its path: importing the package would load libtidepool."""
+    spec = importlib.util.spec_from_file_location("_tidepool_torch_hooks",
+                                                  os.path.join(HERE, NAME, "_torch_hooks.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _torch_requirement():
+    """The releases tidepool.torch's hooks were written from, as a requirement: torch>=2.8,<2.12."""
+    hooks = _hooks()
+    return "torch>=%d.%d,<%d.%d" % (hooks.OLDEST_TORCH + (hooks.NEWEST_TORCH[0], hooks.NEWEST_TORCH[1] + 1))
+
+
+EXTRAS = {"torch": _torch_requirement(), "cupy": "cupy-cuda13x", "numba": "numba-cuda", "cuda-core": "cuda-core"}
 
 
 def version():
@@ -84,6 +105,36 @@ def _soname_of(built):
     return "%s.so.%s" % (stem, version.split(".")[0]) if version else name
 
 
+def torch_hooks_files(library, out_dir=None):
+    """(name in the wheel, path here) of tidepool.torch's C++ hooks compiled against the torch of this
+    environment, linked with library, and of their manifest (_torch_hooks.json), which says what they
+    were built against or, where none were built, why; that reason is also written as one line to
+    stderr. The wheel builds either way."""
+    hooks = _hooks()
+    out_dir = out_dir or os.path.join(ROOT, "build-python", "torch_hooks")
+    os.makedirs(out_dir, exist_ok=True)
+    for old in os.listdir(out_dir):  # a build for another torch, left by an earlier wheel
+        if old.endswith(".so") or old == hooks.MANIFEST:
+            os.remove(os.path.join(out_dir, old))
+    files = []
+    try:
+        module, manifest = hooks.prebuild(os.path.join(HERE, NAME, hooks.SOURCE), os.path.join(ROOT, "include"),
+                                          library, out_dir)
+        files.append(("%s/%s" % (NAME, os.path.basename(module)), module))
+        sys.stderr.write("tidepool: C++ hooks for PyTorch prebuilt for torch %s (CUDA %s, %s): %s\n"
+                         % (manifest["torch"], manifest["cuda"], manifest["python"], os.path.basename(module)))
+    except hooks.HooksUnavailable as e:
+        manifest = {"prebuilt": False, "why": str(e)}
+        sys.stderr.write("tidepool: the C++ hooks for PyTorch were not prebuilt: %s; tidepool.torch.enable() "
+                         "compiles them on first use\n" % e)
+    path = os.path.join(out_dir, hooks.MANIFEST)
+    with open(path, "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.write("\n")
+    files.append(("%s/%s" % (NAME, hooks.MANIFEST), path))
+    return files
+
+
 def _files():
     """(name in the wheel, path here) for every file of the package."""
     package = os.path.join(HERE, NAME)
@@ -95,6 +146,8 @@ def _files():
     # it beside the library through their rpath. Under any other name they would not load.
     library = _build_library()
     yield "%s/%s" % (NAME, _soname_of(library)), library
+    for item in torch_hooks_files(library):
+        yield item
     for header in HEADERS:
         yield "%s/include/%s" % (NAME, header), os.path.join(ROOT, "include", header)
     yield "%s/LICENSE" % _dist_info(), os.path.join(ROOT, "LICENSE")
@@ -139,7 +192,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
         for name, source in _files():
             with open(source, "rb") as f:
-                add(name, f.read(), 0o755 if name.endswith(".so") else 0o644)
+                add(name, f.read(), 0o755 if re.search(r"\.so(\.\d+)*$", name) else 0o644)
         add("%s/METADATA" % _dist_info(), _metadata_text().encode())
         add("%s/WHEEL" % _dist_info(), _wheel_text().encode())
         record.append("%s/RECORD,," % _dist_info())
