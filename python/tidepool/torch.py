@@ -25,20 +25,35 @@ import warnings
 
 import torch
 
-from . import _lib
+from . import _lib, _torch_hooks
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _lock = threading.Lock()
 _shim = None
 
 
-def _build_shim():
-    """Compiles the C++ hooks with PyTorch's extension builder (cached after the first time)."""
+def _build_shim(package_dir=_HERE):
+    """The C++ hooks: those the wheel carries when they were built for this torch (release, CUDA,
+    Python; _torch_hooks.choose_prebuilt), else compiled now with PyTorch's extension builder, which
+    caches the build under a name that carries the torch release (cached after the first time)."""
+    facts = _torch_hooks.running_facts(torch)
+    prebuilt, _ = _torch_hooks.choose_prebuilt(_torch_hooks.read_manifest(package_dir), facts, package_dir)
+    if prebuilt:
+        _lib.lib()  # libtidepool first, so that the hooks bind to the copy tidepool's ctypes calls use
+        try:
+            return _torch_hooks.load_module(prebuilt)
+        except ImportError as e:
+            warnings.warn("tidepool: the prebuilt C++ hooks %s do not load (%s); compiling them instead"
+                          % (prebuilt, e), RuntimeWarning, stacklevel=3)
+    if _torch_version() > _torch_hooks.NEWEST_TORCH:
+        warnings.warn("tidepool: torch %s is newer than %d.%d, the newest release the C++ hooks are written "
+                      "for; compiling them may fail" % ((torch.__version__,) + _torch_hooks.NEWEST_TORCH),
+                      RuntimeWarning, stacklevel=3)
     from torch.utils import cpp_extension
 
     library = os.path.abspath(_lib.library_path())
     return cpp_extension.load(
-        name="tidepool_torch_allocator",
+        name=_torch_hooks.jit_name(facts),
         sources=[os.path.join(_HERE, "_torch_allocator.cpp")],
         extra_include_paths=[_lib.include_dir()],
         extra_ldflags=[library, "-Wl,-rpath," + os.path.dirname(library)],
@@ -48,7 +63,7 @@ def _build_shim():
 
 
 # The PyTorch releases the C++ hooks are written against (README.md, Using it with PyTorch).
-OLDEST_TORCH = (2, 8)
+OLDEST_TORCH = _torch_hooks.OLDEST_TORCH
 
 
 def _torch_version():
