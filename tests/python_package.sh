@@ -40,6 +40,16 @@ soname=$(objdump -p "$lib" | awk '$1 == "SONAME" {print $2}')
     { echo "FAIL: the installed library is $(basename "$lib") but its soname is '$soname'"; exit 1; }
 echo "ok: the installed library is named as its soname ($soname)"
 echo "$out" | grep -q "^simulated device: available" || { echo "FAIL: no simulated device"; exit 1; }
+# No torch in this venv's build: the wheel holds no prebuilt C++ hooks, and its manifest and
+# `python -m tidepool` say why, in words (tidepool/_torch_hooks.py).
+manifest=$(dirname "$lib")/_torch_hooks.json
+grep -q '"prebuilt": false' "$manifest" && grep -q 'torch does not import in the build environment' "$manifest" ||
+    { echo "FAIL: the wheel's $manifest does not say why no hooks were prebuilt"; cat "$manifest"; exit 1; }
+ls "$(dirname "$lib")"/_torch_allocator_torch*.so >/dev/null 2>&1 &&
+    { echo "FAIL: prebuilt hooks in a wheel built without torch"; exit 1; }
+echo "$out" | grep -q "^C++ hooks for PyTorch, prebuilt: none: the wheel was built without them (torch does not import" ||
+    { echo "FAIL: python -m tidepool does not say that no C++ hooks were prebuilt, and why"; exit 1; }
+echo "ok: built without torch, the wheel has no prebuilt hooks, and says why"
 # Without a driver, the reason names the one file the driver is (not a second name tried after it).
 if echo "$out" | grep "^CUDA devices: 0 (the CUDA driver" | grep -q "libcuda\.so:"; then
     echo "FAIL: the missing driver is named as two different files"; exit 1
