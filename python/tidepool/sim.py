@@ -11,6 +11,7 @@ The simulated device (tidepool_sim.h) maps host memory for its "device" memory a
 threads; the allocator is the same one that serves a GPU. Good for trying configurations and for tests.
 """
 
+import contextlib
 import ctypes
 import threading
 
@@ -54,27 +55,27 @@ class SimulatedDevice:
             _lib.check(status, "tide_create")
         self._sim, self._t = sim, t
 
-    def _enter(self, what):
-        """Counts a call in; refused once close() has begun, so the allocator is never destroyed under it."""
+    @contextlib.contextmanager
+    def _inside(self, what):
+        """A call into the library, counted in while it runs; refused once close() has begun, so the
+        allocator is never destroyed under it."""
         with self._cond:
             if self._state != "open":
                 raise _lib.TidepoolError("%s: this SimulatedDevice is %s" % (what, self._state))
             self._calls += 1
-
-    def _leave(self):
-        with self._cond:
-            self._calls -= 1
-            if not self._calls:
-                self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._calls -= 1
+                if not self._calls:
+                    self._cond.notify_all()
 
     def new_stream(self):
         """A new stream of the device (stream 0 always exists)."""
         out = ctypes.c_void_p()
-        self._enter("new_stream")
-        try:
+        with self._inside("new_stream"):
             status = _lib.lib().tide_sim_stream_create(self._sim, ctypes.byref(out))
-        finally:
-            self._leave()
         _lib.check(status, "tide_sim_stream_create")
         return out.value
 
@@ -82,59 +83,41 @@ class SimulatedDevice:
         size, stream = _lib.size_arg(size, "malloc: size"), _lib.stream_arg(stream, "malloc: stream")
         out = ctypes.c_void_p()
         L = _lib.lib()
-        self._enter("malloc")
-        try:
+        with self._inside("malloc"):
             status = L.tide_malloc(self._t, size, stream, ctypes.byref(out))
-        finally:
-            self._leave()
         _lib.check_memory(status, size, "tide_malloc of %d bytes" % size, "simulated device")
         return out.value
 
     def free(self, ptr):
         ptr = _lib.pointer_arg(ptr, "free: pointer")
-        self._enter("free")
-        try:
+        with self._inside("free"):
             status = _lib.lib().tide_free(self._t, ptr)
-        finally:
-            self._leave()
         _lib.check(status, "tide_free")
 
     def record_stream(self, ptr, stream):
         ptr = _lib.pointer_arg(ptr, "record_stream: pointer")
         stream = _lib.stream_arg(stream, "record_stream: stream")
-        self._enter("record_stream")
-        try:
+        with self._inside("record_stream"):
             status = _lib.lib().tide_record_stream(self._t, ptr, stream)
-        finally:
-            self._leave()
         _lib.check(status, "tide_record_stream")
 
     def stats(self):
         """tidepool's statistics, under PyTorch's key names ("allocated_bytes.all.current", ...)."""
-        self._enter("stats")
-        try:
+        with self._inside("stats"):
             return _lib.stats_json(self._t)
-        finally:
-            self._leave()
 
     def reset_accumulated_stats(self):
         """Starts what stats() accumulates again from 0: each statistic's ".allocated" and ".freed" (what it
         gained and lost) and the counts of events (num_device_alloc, ...), as PyTorch's
         reset_accumulated_memory_stats. Current values and peaks stay."""
-        self._enter("reset_accumulated_stats")
-        try:
+        with self._inside("reset_accumulated_stats"):
             status = _lib.lib().tide_reset_accumulated_stats(self._t)
-        finally:
-            self._leave()
         _lib.check(status, "tide_reset_accumulated_stats")
 
     def empty_cache(self):
         """Synchronizes the device, drains pending frees and gives every free segment back."""
-        self._enter("empty_cache")
-        try:
+        with self._inside("empty_cache"):
             status = _lib.lib().tide_empty_cache(self._t, None)
-        finally:
-            self._leave()
         _lib.check(status, "tide_empty_cache")
 
     # ---- private pools, sleep and wake (tidepool.h, "Sleep and wake") ------------------------------------
@@ -144,23 +127,17 @@ class SimulatedDevice:
         their addresses."""
         L = _lib.lib()
         out = ctypes.c_uint64()
-        self._enter("create_pool")
-        try:
+        with self._inside("create_pool"):
             _lib.check(L.tide_pool_create(self._t, ctypes.byref(out)), "tide_pool_create")
             if sleepable:
                 _lib.check(L.tide_pool_make_sleepable(self._t, out.value), "tide_pool_make_sleepable")
-        finally:
-            self._leave()
         return out.value
 
     def release_pool(self, pool):
-        self._enter("release_pool")
-        try:
+        with self._inside("release_pool"):
             _lib.check(_lib.lib().tide_pool_release(self._t, _lib.whole_number(pool, "release_pool: pool", 1,
                                                                                _lib.UINT64_MAX, "2^64 - 1")),
                        "tide_pool_release")
-        finally:
-            self._leave()
 
     def malloc_pool(self, size, pool, stream=0):
         """malloc() from a private pool's own memory."""
@@ -168,62 +145,44 @@ class SimulatedDevice:
         pool = _lib.whole_number(pool, "malloc_pool: pool", 0, _lib.UINT64_MAX, "2^64 - 1")
         out = ctypes.c_void_p()
         L = _lib.lib()
-        self._enter("malloc_pool")
-        try:
+        with self._inside("malloc_pool"):
             status = L.tide_malloc_pool(self._t, size, stream, pool, ctypes.byref(out))
-        finally:
-            self._leave()
         _lib.check_memory(status, size, "tide_malloc_pool of %d bytes" % size, "simulated device")
         return out.value
 
     def pool_memory(self, pool):
         """(reserved, allocated) bytes of a pool; reserved is 0 while it sleeps."""
         reserved, allocated = ctypes.c_size_t(), ctypes.c_size_t()
-        self._enter("pool_memory")
-        try:
+        with self._inside("pool_memory"):
             _lib.check(_lib.lib().tide_pool_memory(self._t, pool, ctypes.byref(reserved), ctypes.byref(allocated)),
                        "tide_pool_memory")
-        finally:
-            self._leave()
         return reserved.value, allocated.value
 
     def sleep(self, offload=(), discard=()):
         """Puts sleepable pools to sleep: their pages go back to the device and their blocks keep their
         addresses; the contents of the pools in offload are kept in host memory, those in discard lost."""
-        self._enter("sleep")
-        try:
+        with self._inside("sleep"):
             for pools, keep in ((offload, True), (discard, False)):
                 for pool in pools:
                     _lib.pool_sleep(self._t, pool, keep)
-        finally:
-            self._leave()
 
     def wake_up(self, pools):
         """Maps the pools' pages again at the same addresses and copies offloaded contents back."""
-        self._enter("wake_up")
-        try:
+        with self._inside("wake_up"):
             for pool in pools:
                 _lib.pool_wake(self._t, pool, "simulated device")
-        finally:
-            self._leave()
 
     def sleeping(self, pool):
-        self._enter("sleeping")
-        try:
+        with self._inside("sleeping"):
             return _lib.pool_sleeping(self._t, pool)
-        finally:
-            self._leave()
 
     def counters(self):
         """What the simulated device holds: held_bytes (mapped or reserved), mapped_pages, va_ranges,
         host_bytes (host memory of offloaded contents), and calls per backend function
         ({"map": n, ...})."""
         raw = (ctypes.c_uint64 * 64)()  # room for the struct as it grows
-        self._enter("counters")
-        try:
+        with self._inside("counters"):
             _lib.lib().tide_sim_get_counters(self._sim, raw)
-        finally:
-            self._leave()
         ops = ("reserve", "release", "fence_create", "fence_record", "fence_query", "synchronize", "mem_info",
                "fill", "verify", "va_reserve", "va_release", "map", "unmap", "host_alloc", "copy_to_host",
                "copy_to_device", "ipc_open", "ipc_close")
@@ -236,11 +195,8 @@ class SimulatedDevice:
 
     def check(self):
         """tidepool's own consistency check of its bookkeeping."""
-        self._enter("check")
-        try:
+        with self._inside("check"):
             status = _lib.lib().tide_check(self._t)
-        finally:
-            self._leave()
         _lib.check(status, "tide_check")
 
     def close(self):
