@@ -659,7 +659,7 @@ typedef struct tide_stat_accumulated {
     int64_t freed;
 } tide_stat_accumulated;
 
-#define TIDE_STATS_VERSION 5
+#define TIDE_STATS_VERSION 6
 
 typedef struct tide_stats {
     uint32_t struct_size;          /* set by the caller: sizeof(tide_stats); fields past it are left
@@ -745,6 +745,17 @@ typedef struct tide_stats {
         tide_stat_accumulated requested_bytes[TIDE_POOL_COUNT];
         tide_stat_accumulated oversize_allocations, oversize_segments;
     } accumulated;
+
+    /* Since version 6. */
+    tide_stat inactive_split[TIDE_POOL_COUNT];  /* FREE blocks in segments that are not wholly free:
+                                                   the blocks of inactive_split_bytes (PyTorch's
+                                                   "inactive_split"). A block freed and taken back at
+                                                   once counts as it would have been merged */
+    /* inactive_split's allocated and freed: a free gains one block if it merged with no FREE neighbour
+     * and left its segment not wholly free (a neighbour merged with loses one, as does the segment
+     * becoming wholly free); an allocation loses its block unless it split a wholly free segment, and
+     * gains the rest it split off, if any. */
+    tide_stat_accumulated accumulated_inactive_split[TIDE_POOL_COUNT];
 } tide_stats;
 
 /* Fills *out. Set out->struct_size = sizeof(*out) first. */

@@ -26,7 +26,7 @@ __attribute__((format(printf, 2, 3))) static void problem(struct checker *c, con
 /* What a walk of the blocks finds, per pool, to compare with the counters. */
 struct tally {
     int64_t reserved, allocated, requested, pending, idle, cached, inactive_split;
-    int64_t allocation, segment, pending_blocks;
+    int64_t allocation, segment, pending_blocks, split_blocks;
     int64_t asleep, offloaded;        /* sleeping pools' runs: bytes unmapped, bytes in host copies */
     int64_t oversize_blocks, oversize_segments; /* of max_split_size or more: ACTIVE, reservations */
     size_t free_blocks;
@@ -67,8 +67,11 @@ static void check_peaks(struct checker *c, const struct heap *h, int pool, const
         check_peak(c, h, pool, "inactive_split_bytes", pool_inactive_split(s), s->inactive_split_peak);
     }
     check_peak(c, h, pool, "allocation", s->allocation.cur, s->allocation.peak);
-    if (settled)
+    if (settled) {
         check_peak(c, h, pool, "segment", s->segment.cur, s->segment.peak);
+        if (!h->stats.drained_unsettled)
+            check_peak(c, h, pool, "inactive_split", s->split_blocks.cur, s->split_blocks.peak);
+    }
     check_peak(c, h, pool, "pending_free_blocks", s->pending_blocks.cur, s->pending_blocks.peak);
 }
 
@@ -177,8 +180,10 @@ static void check_segment(struct checker *c, tide_allocator *t, struct heap *h, 
             break;
         }
         check_block(c, t->guard, h, seg, b, tl);
-        if (b->state == BLOCK_FREE && !seg->idle) /* FREE bytes outside wholly free segments */
+        if (b->state == BLOCK_FREE && !seg->idle) { /* FREE bytes outside wholly free segments */
             tl->inactive_split += (int64_t)b->size;
+            tl->split_blocks++;
+        }
         expect = b->addr + b->size;
         if (++blocks > seg->size / TIDE_UNIT) {
             problem(c, "segment 0x%llx: its block list loops", base);
@@ -391,6 +396,7 @@ static void check_gains(struct checker *c, const struct heap *h, int pool, const
     check_gain(c, h, pool, "reserved_bytes", g->reserved, v.reserved, b.reserved);
     check_gain(c, h, pool, "segment", g->segments, v.segment, b.segment);
     check_gain(c, h, pool, "inactive_split_bytes", g->split, v.split, b.split);
+    check_gain(c, h, pool, "inactive_split", g->split_blocks, v.split_blocks, b.split_blocks);
 }
 
 /* The counters agree with the walk, per pool and in total; returns the heap's reserved bytes. */
@@ -422,6 +428,7 @@ static int64_t check_heap_counters(struct checker *c, struct heap *h, const stru
         check_counter(c, h, pub, "allocation", s->allocation.cur, w->allocation);
         check_counter(c, h, pub, "segment", s->segment.cur, w->segment);
         check_counter(c, h, pub, "pending_free_blocks", s->pending_blocks.cur, w->pending_blocks);
+        check_counter(c, h, pub, "inactive_split", s->split_blocks.cur, w->split_blocks);
         if (!beyond) { /* else active, cached and inactive_split, computed from them, could overflow */
             check_peaks(c, h, pub, s);
             check_gains(c, h, pub, s);
@@ -437,6 +444,7 @@ static int64_t check_heap_counters(struct checker *c, struct heap *h, const stru
             all.allocation += w->allocation;
             all.segment += w->segment;
             all.pending_blocks += w->pending_blocks;
+            all.split_blocks += w->split_blocks;
             all.asleep += w->asleep;
             all.offloaded += w->offloaded;
             all.oversize_blocks += w->oversize_blocks;

@@ -226,10 +226,12 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
         idle_unlink(h, b->seg);
     }
 
+    int64_t split_off = 0;
     if (TIDE_LIKELY(worth_splitting(b->seg, b->size, rounded))) {
         struct block *rest = block_new(h);
         /* without host memory for a block struct, hand out the whole block instead */
         if (TIDE_LIKELY(rest != NULL)) {
+            split_off = 1;
             rest->seg = b->seg;
             rest->addr = b->addr + rounded;
             rest->size = b->size - rounded;
@@ -248,7 +250,8 @@ struct block *heap_take_block(struct heap *h, struct block *b, size_t rounded, s
     b->site = NULL;
     b->requested = requested; /* refs, fences and uses are 0 already: it was FREE */
 
-    stats_take(&h->stats, b->seg->pool, (int64_t)b->size, (int64_t)requested, idle_segment);
+    stats_take(&h->stats, b->seg->pool, (int64_t)b->size, (int64_t)requested, idle_segment,
+               split_off - (idle_segment == 0));
     return b;
 }
 
@@ -307,8 +310,10 @@ struct block *heap_take_at(struct heap *h, struct block *b, uintptr_t addr, size
         free_index_insert(fi, rest);
     }
     struct block *got = heap_take_block(h, taken, size, requested, status);
-    if (got)
+    if (got) { /* heap_take_block counted taken's own block: the pieces around it are FREE blocks too */
+        split_blocks_added(&h->stats, got->seg->pool, (int64_t)below + (int64_t)above);
         return got;
+    }
     /* The pointer map could not grow: merge the pieces back, as they were. */
     free_index_remove(fi, taken);
     if (rest) {
@@ -346,7 +351,8 @@ void heap_adopt_free(struct heap *h, struct segment *seg, struct block *b)
 }
 
 /* heap_make_free, with the time the segment goes idle at (if it does) given or read now. */
-static size_t make_free(struct heap *h, struct block *b, bool stamp_given, uint64_t since)
+static inline __attribute__((always_inline)) size_t make_free(struct heap *h, struct block *b, bool stamp_given,
+                                                              uint64_t since)
 {
     /* a block freed was in use: by the program, by the device's work, or parked */
     TIDE_ASSERT(b->state == BLOCK_ACTIVE || b->state == BLOCK_PENDING || b->state == BLOCK_PARKED);
@@ -357,8 +363,10 @@ static size_t make_free(struct heap *h, struct block *b, bool stamp_given, uint6
     b->requested = 0;
     block_uses_clear(b);
     /* Merge with FREE neighbours. A PENDING or ACTIVE neighbour is left alone. */
+    int64_t merged = 0;
     struct block *prev = b->prev;
     if (prev && prev->state == BLOCK_FREE) {
+        merged++;
         free_index_remove(fi, prev);
         prev->size += b->size;
         prev->next = b->next;
@@ -368,6 +376,7 @@ static size_t make_free(struct heap *h, struct block *b, bool stamp_given, uint6
     }
     struct block *next = b->next;
     if (next && next->state == BLOCK_FREE) {
+        merged++;
         free_index_remove(fi, next);
         b->size += next->size;
         b->next = next->next;
@@ -375,7 +384,11 @@ static size_t make_free(struct heap *h, struct block *b, bool stamp_given, uint6
         block_recycle(h, next);
     }
     free_index_insert(fi, b);
-    if (TIDE_LIKELY(!covers_segment(b)))
+    bool covers = covers_segment(b);
+    split_blocks_moved(&h->stats, b->seg->pool, 1 - merged - (int64_t)covers);
+    if (stamp_given) /* the parked block's merge (heap_settle): its free is done; a drain's peaks wait */
+        split_blocks_peak(&h->stats, b->seg->pool);
+    if (TIDE_LIKELY(!covers))
         return 0;
     idle_append_at(h, b->seg, stamp_given ? since : idle_stamp(h));
     return b->seg->size;
@@ -440,12 +453,16 @@ struct block *heap_reuse_parked(struct heap *h, enum pool_kind pool, size_t roun
      * recycles and the split takes back); the segment put on the idle list and taken off it. */
     if (absorbs_next)
         free_index_to_front(fi, next);
+    /* The merge would have added a FREE block (no FREE neighbour, its segment not wholly free after), or
+     * made the segment wholly free out of the block after it, which the take splits off again. */
+    if ((h->parked_covers != 0) == absorbs_next)
+        split_blocks_passed(&h->stats, pool, h->parked_covers == 0);
     h->parked = NULL;
     b->state = BLOCK_ACTIVE;
     b->tag = NULL;
     b->site = NULL;
     b->requested = requested;
-    stats_take(&h->stats, pool, (int64_t)b->size, (int64_t)requested, (int64_t)h->parked_covers);
+    stats_take(&h->stats, pool, (int64_t)b->size, (int64_t)requested, (int64_t)h->parked_covers, 0);
     return b;
 }
 
@@ -522,16 +539,21 @@ static void run_stats(struct heap *h, struct segment *seg, bool adding)
 {
     int64_t size = (int64_t)seg->size;
     bool whole = wholly_free(seg);
+    int64_t split_blocks = 0; /* FREE blocks in a run that is not wholly free */
+    for (const struct block *b = seg->first; b && !whole; b = b->next)
+        split_blocks += b->state == BLOCK_FREE;
     enum pool_kind pool = (enum pool_kind)seg->pool; /* BOTH's argument must be called pool */
     BOTH(&h->stats, pool, p, {
         if (adding) {
             rise(&p->reserved, size);
-            p->segment.cur++; /* its peak: stats_settle */
+            p->segment.cur++; /* its peak and split_blocks': stats_settle */
+            p->split_blocks.cur += split_blocks;
             if (whole)
                 p->idle += size;
         } else {
             fall(&p->reserved, size);
             fall(&p->segment, 1);
+            p->split_blocks.cur -= split_blocks;
             if (whole)
                 p->idle -= size;
         }
@@ -554,6 +576,7 @@ static void run_change_end(struct heap *h, const struct segment *seg, const stru
     p->gained.reserved += after.reserved > before->reserved ? after.reserved - before->reserved : 0;
     p->gained.segments += after.segment > before->segment ? after.segment - before->segment : 0;
     p->gained.split += after.split > before->split ? after.split - before->split : 0;
+    p->gained.split_blocks += after.split_blocks > before->split_blocks ? after.split_blocks - before->split_blocks : 0;
 }
 
 /* A run is on the idle list exactly when it is wholly free. */

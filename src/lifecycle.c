@@ -224,6 +224,7 @@ tide_status lifecycle_free(struct heap *h, struct block *b, const void *site)
      * tests/CMakeLists.txt (parking_is_invisible). */
     ptr_map_remove(&h->map, b);
     stats_active_to_free(&h->stats, pool, size, requested, (int64_t)heap_make_free(h, b));
+    split_blocks_peak(&h->stats, pool); /* as heap_settle checks it after the parked block's merge */
 #else
     stats_active_to_free(&h->stats, pool, size, requested, (int64_t)heap_park(h, b));
 #endif

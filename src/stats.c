@@ -26,7 +26,7 @@ void heap_stats_reset_peaks(struct heap_stats *s)
         struct pool_stats *p = &s->pool[i];
         struct counter *all[] = {&p->reserved, &p->allocated, &p->requested, &p->pending,
                                  &p->allocation, &p->segment, &p->pending_blocks, &p->asleep,
-                                 &p->offloaded};
+                                 &p->offloaded, &p->split_blocks};
         for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
             reset_counter(all[k]);
         p->active_peak = pool_active(p);
@@ -81,6 +81,7 @@ static void collect_accumulated(const struct heap_stats *hs, tide_stats *s)
         add_accumulated(s->accumulated.reserved_bytes, k, g->reserved, v.reserved, b.reserved);
         add_accumulated(s->accumulated.segment, k, g->segments, v.segment, b.segment);
         add_accumulated(s->accumulated.inactive_split_bytes, k, g->split, v.split, b.split);
+        add_accumulated(s->accumulated_inactive_split, k, g->split_blocks, v.split_blocks, b.split_blocks);
     }
     const struct oversize_stats *o = &hs->oversize;
     s->accumulated.oversize_allocations.allocated += o->blocks_gained;
@@ -116,6 +117,8 @@ void stats_collect_locked(tide_allocator *t, tide_stats *out)
                                                               : p->cached_peak);
             add_stat(&s.inactive_split_bytes[k], pool_inactive_split(p),
                      mid ? at_least(p->inactive_split_peak, pool_inactive_split(p)) : p->inactive_split_peak);
+            add_stat(&s.inactive_split[k], p->split_blocks.cur,
+                     mid ? at_least(p->split_blocks.peak, p->split_blocks.cur) : p->split_blocks.peak);
             add_stat(&s.allocation[k], p->allocation.cur, p->allocation.peak);
             add_stat(&s.segment[k], p->segment.cur, p->segment.peak);
             add_stat(&s.pending_free_blocks[k], p->pending_blocks.cur, p->pending_blocks.peak);
@@ -199,7 +202,7 @@ size_t stats_to_json(const tide_stats *s, char *buf, size_t cap)
         {"inactive_split_bytes", s->inactive_split_bytes}, {"allocation", s->allocation},
         {"segment", s->segment},                       {"pending_free_blocks", s->pending_free_blocks},
         {"asleep_bytes", s->asleep_bytes},             {"offloaded_bytes", s->offloaded_bytes},
-        {"active", s->active},
+        {"active", s->active},                         {"inactive_split", s->inactive_split},
     };
     /* PyTorch's .allocated and .freed, beside its .current and .peak above. */
     const struct {
@@ -211,6 +214,7 @@ size_t stats_to_json(const tide_stats *s, char *buf, size_t cap)
         {"reserved_bytes", s->accumulated.reserved_bytes},   {"active_bytes", s->accumulated.active_bytes},
         {"inactive_split_bytes", s->accumulated.inactive_split_bytes},
         {"requested_bytes", s->accumulated.requested_bytes},
+        {"inactive_split", s->accumulated_inactive_split},
     };
     const struct {
         const char *name;

@@ -65,6 +65,7 @@ static inline struct stat_values stats_values(const struct pool_stats *p)
         .reserved = p->reserved.cur - p->asleep.cur, /* asleep pages are not reserved (sleep.c) */
         .segment = p->segment.cur,
         .split = pool_inactive_split(p),
+        .split_blocks = p->split_blocks.cur,
     };
 }
 
@@ -93,6 +94,36 @@ static inline void cache_gained(struct heap_stats *s, enum pool_kind pool, int64
     }
 }
 
+/* A free moved the count of FREE blocks outside wholly free segments by d: 1 - m for a block merged
+ * with m FREE neighbours, less one more if its segment became wholly free. Without a branch: whether
+ * it merged is a coin toss on the random paths. Its peak is checked by the callers that need it
+ * (heap_settle; stats_settle after a drain). */
+static inline void split_blocks_moved(struct heap_stats *s, enum pool_kind pool, int64_t d)
+{
+    BOTH_AND_OWN(s, pool, p, p->split_blocks.cur += d, p->gained.split_blocks += d > 0);
+}
+
+/* n FREE blocks more outside wholly free segments, once a call is done with them (heap_take_at). */
+static inline void split_blocks_added(struct heap_stats *s, enum pool_kind pool, int64_t n)
+{
+    BOTH_AND_OWN(s, pool, p, rise(&p->split_blocks, n), p->gained.split_blocks += n);
+}
+
+static inline void split_blocks_peak(struct heap_stats *s, enum pool_kind pool)
+{
+    BOTH(s, pool, p, peak_at_least(&p->split_blocks.peak, p->split_blocks.cur));
+}
+
+/* A parked block taken back: the merge the parking put off and the take would have moved the count by
+ * one and back, up first (rose: the merge added a FREE block) or down first (its segment became wholly
+ * free and the take split it again). Counted as they would have been without the parking. */
+static inline void split_blocks_passed(struct heap_stats *s, enum pool_kind pool, bool rose)
+{
+    event_pool(s, pool)->gained.split_blocks++;
+    if (rose)
+        BOTH(s, pool, p, peak_at_least(&p->split_blocks.peak, p->split_blocks.cur + 1));
+}
+
 /* A block of max_split_size or more taken or let go (oversize_stats): rare by design, and never with
  * the key unset (oversize_min is SIZE_MAX). */
 static inline void oversize_taken(struct heap_stats *s, int64_t size)
@@ -111,8 +142,11 @@ static inline void oversize_let_go(struct heap_stats *s, int64_t size)
 
 /* Inlined by force: two callers (heap_take_block, heap_reuse_parked), and a call costs the allocation
  * more than the copy does. */
+/* split_blocks: how the take moved the count of FREE blocks outside wholly free segments: -1 for the
+ * block taken, unless it came from a wholly free segment, and +1 for a rest split off. */
 static inline __attribute__((always_inline)) void stats_take(struct heap_stats *s, enum pool_kind pool, int64_t size,
-                                                             int64_t requested, int64_t idle_segment)
+                                                             int64_t requested, int64_t idle_segment,
+                                                             int64_t split_blocks)
 {
     BOTH_AND_OWN(s, pool, p, {
         rise(&p->allocated, size);
@@ -128,8 +162,15 @@ static inline __attribute__((always_inline)) void stats_take(struct heap_stats *
     if (TIDE_UNLIKELY(idle_segment != 0)) { /* a wholly free segment is split: what stays FREE is split cache now */
         BOTH_AND_OWN(s, pool, p, {
             p->idle -= idle_segment;
+            p->split_blocks.cur += split_blocks;
             peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
-        }, p->gained.split += idle_segment - size);
+            peak_at_least(&p->split_blocks.peak, p->split_blocks.cur);
+        }, {
+            p->gained.split += idle_segment - size;
+            p->gained.split_blocks += split_blocks;
+        });
+    } else { /* a FREE block outside wholly free segments taken: the count cannot rise */
+        BOTH(s, pool, p, p->split_blocks.cur += split_blocks);
     }
 }
 
@@ -204,6 +245,7 @@ static inline void stats_settle(struct heap_stats *s)
         struct pool_stats *p = &s->pool[k];
         peak_at_least(&p->cached_peak, pool_cached(p));
         peak_at_least(&p->inactive_split_peak, pool_inactive_split(p));
+        peak_at_least(&p->split_blocks.peak, p->split_blocks.cur);
         peak_at_least(&p->segment.peak, p->segment.cur);
     }
     s->drained_unsettled = false;

@@ -247,14 +247,15 @@ struct counter {
  * then), which spares every event that lowers a statistic an update. blocks and bytes are what
  * allocations took: the gains of allocation and active (blocks), of allocated_bytes and active_bytes
  * (bytes), since nothing else makes a block ACTIVE. reserved is reserved_bytes as reported (asleep
- * pages are not reserved), segments is segment, split is inactive_split_bytes. */
+ * pages are not reserved), segments is segment, split is inactive_split_bytes, split_blocks is
+ * inactive_split (a count). */
 struct stat_gains {
     int64_t blocks, bytes, requested;
-    int64_t reserved, segments, split;
+    int64_t reserved, segments, split, split_blocks;
 };
 /* The values of the accumulated statistics of one pool of one heap at a moment (stats_values). */
 struct stat_values {
-    int64_t allocation, active, allocated, active_bytes, requested, reserved, segment, split;
+    int64_t allocation, active, allocated, active_bytes, requested, reserved, segment, split, split_blocks;
 };
 /* Every statistic is exact, so that each peak is a value the statistic really had between two
  * operations. Seven are counted; three follow from them and are computed when read (pool_active and
@@ -266,6 +267,10 @@ struct pool_stats {
     struct counter allocation;
     struct stat_gains gained;         /* beside the counters the allocation path moves */
     struct counter segment, pending_blocks;
+    /* FREE blocks outside wholly free segments (PyTorch's inactive_split), a parked block counted once
+     * it is merged (heap_settle; heap_reuse_parked passes its peak on). Moved by the block surgery in
+     * heap.c, without its peak where the cache's peaks wait for stats_settle too. */
+    struct counter split_blocks;
     int64_t idle;                     /* bytes in wholly free segments (the releasable cache) */
     int64_t active_peak, cached_peak, inactive_split_peak;
     /* Sleeping pools (sleep.c), under the pressure lock and the heap's lock: bytes of asleep runs with

@@ -34,13 +34,13 @@ static void check_identities(const tide_stats *s)
 
 /* ---- accumulated statistics: what each gained and lost -------------------------------------------- */
 
-#define ACCUMULATED 8
+#define ACCUMULATED 9
 /* The statistics that are accumulated, their accumulated values, and their names in the JSON. */
 static const tide_stat *accumulated_stat(const tide_stats *s, int i)
 {
     const tide_stat *v[ACCUMULATED] = {s->allocation,      s->segment,      s->active,       s->allocated_bytes,
                                        s->reserved_bytes,  s->active_bytes, s->inactive_split_bytes,
-                                       s->requested_bytes};
+                                       s->requested_bytes, s->inactive_split};
     return v[i];
 }
 static const tide_stat_accumulated *accumulated_of(const tide_stats *s, int i)
@@ -48,12 +48,12 @@ static const tide_stat_accumulated *accumulated_of(const tide_stats *s, int i)
     const tide_stat_accumulated *v[ACCUMULATED] = {
         s->accumulated.allocation,      s->accumulated.segment,      s->accumulated.active,
         s->accumulated.allocated_bytes, s->accumulated.reserved_bytes, s->accumulated.active_bytes,
-        s->accumulated.inactive_split_bytes, s->accumulated.requested_bytes};
+        s->accumulated.inactive_split_bytes, s->accumulated.requested_bytes, s->accumulated_inactive_split};
     return v[i];
 }
 static const char *const accumulated_names[ACCUMULATED] = {
     "allocation", "segment", "active", "allocated_bytes", "reserved_bytes", "active_bytes",
-    "inactive_split_bytes", "requested_bytes"};
+    "inactive_split_bytes", "requested_bytes", "inactive_split"};
 
 /* allocated - freed is how far each statistic moved since the reset (then: the values at the reset, or
  * NULL for creation), the pools add up to the total, and nothing is negative. */
@@ -85,16 +85,21 @@ static void check_accumulated(const tide_stats *s, const tide_stats *then)
         CHECK(s->active[k].current == s->allocation[k].current + s->pending_free_blocks[k].current);
 }
 
-#define EXPECT_ACC(s, field, pool, want_allocated, want_freed)                                      \
+#define EXPECT_ACC_AT(acc, name, pool, want_allocated, want_freed)                                  \
     do {                                                                                           \
-        const tide_stat_accumulated *a_ = &(s).accumulated.field[pool];                            \
+        const tide_stat_accumulated *a_ = (acc);                                                   \
         if (a_->allocated != (int64_t)(want_allocated) || a_->freed != (int64_t)(want_freed)) {    \
             fprintf(stderr, "%s:%d: %s[%d]: allocated %lld, freed %lld; expected %lld, %lld\n",    \
-                    __FILE__, __LINE__, #field, (int)(pool), (long long)a_->allocated, (long long)a_->freed,\
+                    __FILE__, __LINE__, name, (int)(pool), (long long)a_->allocated, (long long)a_->freed,\
                     (long long)(want_allocated), (long long)(want_freed));                         \
             harness_failures++;                                                                    \
         }                                                                                          \
     } while (0)
+#define EXPECT_ACC(s, field, pool, want_allocated, want_freed)                                      \
+    EXPECT_ACC_AT(&(s).accumulated.field[pool], #field, pool, want_allocated, want_freed)
+/* inactive_split's, outside the accumulated struct (since version 6) */
+#define EXPECT_SPLIT_BLOCKS_ACC(s, pool, want_allocated, want_freed)                                \
+    EXPECT_ACC_AT(&(s).accumulated_inactive_split[pool], "inactive_split", pool, want_allocated, want_freed)
 
 static void test_identities_hold_throughout(void)
 {
@@ -172,7 +177,7 @@ static void test_versioned_struct(void)
     memset(&s, 0xAB, sizeof s);
     s.struct_size = (uint32_t)offsetof(tide_stats, active);
     CHECK_OK(tide_get_stats(f.t, &s));
-    CHECK(s.version == 5 && s.allocation[ALL].current == 1 && s.sleep_host_cached_bytes == 0);
+    CHECK(s.version == TIDE_STATS_VERSION && s.allocation[ALL].current == 1 && s.sleep_host_cached_bytes == 0);
     rest = (const uint8_t *)&s.active;
     for (size_t i = 0; i < sizeof s - offsetof(tide_stats, active); i++)
         if (rest[i] != 0xAB) {
@@ -191,6 +196,18 @@ static long long json_value(const char *json, const char *key)
     snprintf(quoted, sizeof quoted, "\"%s\": ", key);
     const char *at = strstr(json, quoted);
     return at ? strtoll(at + strlen(quoted), NULL, 10) : -1;
+}
+
+/* The JSON's inactive_split keys (a count, not inactive_split_bytes) carry the struct's numbers. */
+static bool json_inactive_split_matches(tide_allocator *t, const tide_stats *s)
+{
+    char json[16384];
+    if (tide_stats_json(t, json, sizeof json, NULL) != TIDE_OK)
+        return false;
+    return json_value(json, "inactive_split.large_pool.current") == s->inactive_split[TIDE_POOL_LARGE].current &&
+           json_value(json, "inactive_split.all.peak") == s->inactive_split[TIDE_POOL_ALL].peak &&
+           json_value(json, "inactive_split.all.allocated") == s->accumulated_inactive_split[TIDE_POOL_ALL].allocated &&
+           json_value(json, "inactive_split.all.freed") == s->accumulated_inactive_split[TIDE_POOL_ALL].freed;
 }
 
 static void test_json_has_pytorch_names_and_same_numbers(void)
@@ -423,19 +440,21 @@ static void test_several_streams_add_up(void)
 /* ---- peaks are exact ------------------------------------------------------------------------------- */
 
 /* Every statistic of one pool, in the order of tide_stats. */
-#define STAT_KINDS 10
+#define STAT_KINDS 11
 static const tide_stat *stat_of(const tide_stats *s, int kind, int pool)
 {
     const tide_stat *kinds[STAT_KINDS] = {
         s->reserved_bytes,       s->allocated_bytes, s->requested_bytes, s->active_bytes,
         s->pending_free_bytes,   s->cached_bytes,    s->inactive_split_bytes,
         s->allocation,           s->segment,         s->pending_free_blocks,
+        s->inactive_split,
     };
     return &kinds[kind][pool];
 }
 static const char *const stat_names[STAT_KINDS] = {
     "reserved_bytes", "allocated_bytes", "requested_bytes", "active_bytes", "pending_free_bytes",
     "cached_bytes",   "inactive_split_bytes", "allocation", "segment", "pending_free_blocks",
+    "inactive_split",
 };
 
 /* The highest current value each statistic showed after any call so far, as a program polling
@@ -746,6 +765,12 @@ static void test_accumulated_known_sequence(void)
     EXPECT_ACC(s, inactive_split_bytes, S, (small_seg - 1024) + 1024, 3072);
     EXPECT_ACC(s, inactive_split_bytes, L, large_seg - 5 * MIB, large_seg - 5 * MIB);
     CHECK(s.inactive_split_bytes[S].current == small_seg - 3072);
+    /* Its blocks: a's and b's splits left a FREE rest each (gained), c's split of the small rest left
+     * one (no change), a's free left a FREE block beside c (gained), b's merged with its rest into a
+     * wholly free segment (lost). */
+    EXPECT_SPLIT_BLOCKS_ACC(s, S, 2, 0);
+    EXPECT_SPLIT_BLOCKS_ACC(s, L, 1, 1);
+    CHECK(s.inactive_split[S].current == 2 && s.inactive_split[L].current == 0 && s.inactive_split[ALL].peak == 3);
 
     CHECK_OK(tide_empty_cache(f.t, NULL));      /* the large segment goes */
     CHECK_OK(tide_free(f.t, c));                /* the small one is wholly free */
@@ -760,7 +785,47 @@ static void test_accumulated_known_sequence(void)
     EXPECT_ACC(s, reserved_bytes, ALL, small_seg + large_seg, small_seg + large_seg);
     EXPECT_ACC(s, inactive_split_bytes, S, small_seg, small_seg);
     EXPECT_ACC(s, inactive_split_bytes, ALL, small_seg + large_seg - 5 * MIB, small_seg + large_seg - 5 * MIB);
+    EXPECT_SPLIT_BLOCKS_ACC(s, ALL, 3, 3); /* c's free merged both its FREE neighbours */
     CHECK(s.num_device_alloc == 2 && s.num_device_free == 2);
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
+/* inactive_split counts a freed block as merged at once, even when the next allocation takes it back
+ * before anything else happens (the parked block: heap_park), so that its peak and accumulated values
+ * are those PyTorch's allocator, which merges at every free, would report. */
+static void test_inactive_split_counts_a_block_taken_back(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    const int L = TIDE_POOL_LARGE;
+    void *a, *b, *c;
+    CHECK_OK(tide_malloc(f.t, 4 * MIB, 0, &a)); /* a, b and c in one 20 MiB segment, 8 MiB FREE after */
+    CHECK_OK(tide_malloc(f.t, 4 * MIB, 0, &b));
+    CHECK_OK(tide_malloc(f.t, 4 * MIB, 0, &c));
+    CHECK_OK(tide_reset_peak_stats(f.t));
+    CHECK_OK(tide_reset_accumulated_stats(f.t));
+    const tide_stats then = stats_of(f.t);
+    CHECK(then.inactive_split[L].current == 1 && then.inactive_split[L].peak == 1);
+    void *again;
+    CHECK_OK(tide_free(f.t, b));                  /* between two ACTIVE blocks: a FREE block more */
+    CHECK_OK(tide_malloc(f.t, 4 * MIB, 0, &again));
+    CHECK(again == b);
+    tide_stats s = stats_of(f.t);
+    CHECK(s.inactive_split[L].current == 1 && s.inactive_split[L].peak == 2);
+    EXPECT_SPLIT_BLOCKS_ACC(s, L, 1, 1);
+    check_accumulated(&s, &then);
+    /* Freed beside a FREE neighbour, it merges: no block more, then the count falls as a takes the rest. */
+    CHECK_OK(tide_free(f.t, c));
+    CHECK_OK(tide_malloc(f.t, 4 * MIB, 0, &again));
+    s = stats_of(f.t);
+    CHECK(s.inactive_split[L].current == 1 && s.inactive_split[L].peak == 2);
+    CHECK(json_inactive_split_matches(f.t, &s));
+    CHECK_OK(tide_free(f.t, a));
+    CHECK_OK(tide_free(f.t, b));
+    CHECK_OK(tide_free(f.t, again));
+    s = stats_of(f.t);
+    CHECK(s.inactive_split[TIDE_POOL_ALL].current == 0); /* the segment is wholly free */
     CHECK_OK(tide_check(f.t));
     fixture_close(&f);
 }
@@ -976,6 +1041,7 @@ int main(void)
     RUN(test_device_call_time);
     RUN(test_accumulated_known_sequence);
     RUN(test_accumulated_reset);
+    RUN(test_inactive_split_counts_a_block_taken_back);
     RUN(test_accumulated_active_waits_for_the_device);
     RUN(test_accumulated_two_streams);
     RUN(test_oversize);
