@@ -270,7 +270,7 @@ pip-only)
     path=$(echo "$PATH" | tr : '\n' | grep -vx "$nvcc_dir" | paste -sd:)
     echo "== pip install --no-build-isolation ./python (nvcc off the PATH, no CUDA_HOME)"
     time env -u CUDA_HOME -u CUDA_PATH -u TIDEPOOL_LIBRARY PATH="$venv/bin:$path" \
-        pip install -q --no-build-isolation ./python 2>&1 | tail -5
+        pip install -v --no-build-isolation ./python 2>&1 | grep -E "^ *tidepool:|rror|Successfully" | tail -8
     echo "== python -m tidepool, then the first enable() and a training step"
     (cd /tmp && time env -u CUDA_HOME -u CUDA_PATH -u TIDEPOOL_LIBRARY PATH="$venv/bin:$path" python -m tidepool)
     (cd /tmp && time env -u CUDA_HOME -u CUDA_PATH -u TIDEPOOL_LIBRARY PATH="$venv/bin:$path" python -c "

@@ -485,7 +485,7 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
             set(d.active_bytes[k], s.active_bytes[k], a.active_bytes[k]);
             set(d.inactive_split_bytes[k], s.inactive_split_bytes[k], a.inactive_split_bytes[k]);
             set(d.requested_bytes[k], s.requested_bytes[k], a.requested_bytes[k]);
-            // inactive_split (a count of blocks) stays 0: tidepool counts the split cache's bytes only.
+            set(d.inactive_split[k], s.inactive_split[k], s.accumulated_inactive_split[k]);
         }
         set(d.oversize_allocations, s.oversize_allocations, a.oversize_allocations);
         set(d.oversize_segments, s.oversize_segments, a.oversize_segments);
@@ -494,7 +494,11 @@ class TidepoolAllocator final : public cca::CUDAAllocator {
         d.num_sync_all_streams = static_cast<int64_t>(s.num_sync_all_streams);
         d.num_device_alloc = static_cast<int64_t>(s.num_device_alloc);
         d.num_device_free = static_cast<int64_t>(s.num_device_free);
-        d.max_split_size = 0; // tidepool splits every block it caches (max_split_size_mb only if set)
+        {
+            // As PyTorch states it: max_split_size_mb in bytes, or SIZE_MAX (-1 here) when unset.
+            std::lock_guard<std::mutex> g(settings_lock_);
+            d.max_split_size = static_cast<int64_t>(settings_.max_split_size);
+        }
         return d;
     }
     void resetAccumulatedStats(DeviceIndex device) override

@@ -275,6 +275,7 @@ def memory_summary(device=None):
         ("Allocations", "allocation", False),
         ("Segments", "segment", False),
         ("Pending free blocks", "pending_free_blocks", False),
+        ("Non-releasable blocks", "inactive_split", False),
     ]
     width = 40
     lines = ["=" * 84,

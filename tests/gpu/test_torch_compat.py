@@ -92,13 +92,16 @@ feature("memory_stats_accumulated", "memory_stats()' .allocated and .freed, acti
     assert s["allocated_bytes.large_pool.allocated"] == 5 << 20 and s["allocated_bytes.large_pool.freed"] == 0, s
     assert s["requested_bytes.small_pool.allocated"] == 4000 == s["requested_bytes.small_pool.freed"], s
     assert s["segment.all.allocated"] == 2 and s["segment.all.freed"] == 0, s
+    # y's 20 MiB segment keeps one FREE block after it: PyTorch's inactive_split counts it
+    assert s["inactive_split.large_pool.current"] == 1 and s["inactive_split.small_pool.current"] == 0, s
     for name in ("allocation", "active", "segment", "allocated_bytes", "reserved_bytes", "active_bytes",
-                 "inactive_split_bytes", "requested_bytes"):
+                 "inactive_split_bytes", "requested_bytes", "inactive_split"):
         for pool in ("all", "small_pool", "large_pool"):
             k = "%s.%s." % (name, pool)
             assert s[k + "allocated"] - s[k + "freed"] == s[k + "current"], (k, s)
     for k in ("oversize_allocations", "oversize_segments"):
         assert s[k + ".current"] == s[k + ".allocated"] == s[k + ".freed"] == 0, s
+    assert s["max_split_size"] == -1, s["max_split_size"]  # no max_split_size_mb: SIZE_MAX, as an int64
     del y
     torch.cuda.empty_cache()
     s = torch.cuda.memory_stats()
