@@ -6,7 +6,10 @@ does before it sees them, numbers allocations, keeps the step marks, and writes 
 (traces/README.md) and, beside it, the steps JSON that bench/calls_by_step.py reads:
 
     {"step_begins_at_line": [...], "warmup_steps": N, "family": ..., "seed": ..., "steps": ...,
-     "live_at_step_begin": [...]}
+     "live_at_step_begin": [...], "step_peak_live": [...]}
+
+step_peak_live is the most live memory within each step (the first one's counting what was made
+before it), so that memory that stays flat can be told from memory that follows a live peak.
 
 A line number there is the count of operations (allocations, frees, empty_cache calls) written before
 that step began. The warm-up is the first pass over every shape the program will use (its largest
@@ -50,6 +53,8 @@ class Recorder:
         self.lines = 0
         self.step_begins = []
         self.live_at_step_begin = []
+        self.step_peak_live = []
+        self._step_peak = 0       # the most live since the current step began
         self.warmup_steps = None
         self.extra = {}           # fields a generator adds to the steps JSON (e.g. its phases)
 
@@ -65,6 +70,8 @@ class Recorder:
         self.live_bytes += size
         if self.live_bytes > self.peak_live_bytes:
             self.peak_live_bytes = self.live_bytes
+        if self.live_bytes > self._step_peak:
+            self._step_peak = self.live_bytes
         self._emit("a,%d,%d,%d\n" % (ident, size, stream))
         return ident
 
@@ -86,6 +93,9 @@ class Recorder:
 
     def step(self):
         """A step of the program's loop begins here."""
+        if self.step_begins:  # what came before the first step counts in it
+            self.step_peak_live.append(self._step_peak)
+            self._step_peak = self.live_bytes
         self.step_begins.append(self.lines)
         self.live_at_step_begin.append(self.live_bytes)
 
@@ -112,6 +122,8 @@ class Recorder:
         self._f.write("".join(self._buf))
         self._buf.clear()
         self._f.close()
+        if self.step_begins:
+            self.step_peak_live.append(self._step_peak)
         if self.warmup_steps is None:
             raise RuntimeError("%s: the generator never called warmup_done()" % self.family)
         steps = {
@@ -121,6 +133,7 @@ class Recorder:
             "seed": self.seed,
             "steps": len(self.step_begins),
             "live_at_step_begin": self.live_at_step_begin,
+            "step_peak_live": self.step_peak_live,
             "peak_live_bytes": self.peak_live_bytes,
         }
         steps.update(self.extra)

@@ -1,0 +1,61 @@
+"""bench/fragmentation.py's flatness, live memory being equal: reserved memory that rises after the
+warm-up only as far as the live peak rose is flat; more than that, or a rise with live memory flat, is
+not; a steps JSON without each step's live peak keeps the plain rule. And bench/workloads' Recorder
+writes each step's live peak, the first step counting what was made before it."""
+import json
+import os
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import fragmentation  # noqa: E402
+from workloads.common import Recorder, steps_path  # noqa: E402
+
+MiB = 1 << 20
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    if not ok:
+        failures += 1
+        print("FAIL: " + what)
+    else:
+        print("ok: " + what)
+
+
+def flat(step_peak_live, calls):
+    """20 steps of 10 operations each, 2 of them the warm-up; calls are (operation, bytes)."""
+    steps = {"step_begins_at_line": [10 * i for i in range(20)], "warmup_steps": 2}
+    if step_peak_live is not None:
+        steps["step_peak_live"] = step_peak_live
+    return fragmentation.call_figures(calls, steps, "expandable", 200, [])["flat"]
+
+
+warm_calls = [(0, 100 * MiB)]
+check(flat([90 * MiB] * 20, warm_calls), "nothing reserved after the warm-up: flat")
+check(not flat([90 * MiB] * 20, warm_calls + [(195, 50 * MiB)]),
+      "50 MiB more in the last tenth, live memory as in the warm-up: not flat")
+grown = [90 * MiB] * 18 + [140 * MiB] * 2
+check(flat(grown, warm_calls + [(195, 50 * MiB)]), "50 MiB more as the live peak rose 50 MiB: flat")
+check(not flat(grown, warm_calls + [(195, 60 * MiB)]), "60 MiB more as the live peak rose 50 MiB: not flat")
+check(not flat(None, warm_calls + [(195, 50 * MiB)]), "without each step's live peak: the plain rule")
+
+with tempfile.TemporaryDirectory() as d:
+    r = Recorder(os.path.join(d, "t.csv.gz"), "test", 0)
+    weights = r.alloc(8 * MiB)          # before the first step: counts in it
+    r.step()
+    x = r.alloc(4 * MiB)
+    r.free(x)
+    r.step()
+    r.warmup_done()
+    y = r.alloc(2 * MiB)
+    r.free(y)
+    r.free(weights)
+    r.close()
+    with open(steps_path(r.path)) as f:
+        got = json.load(f)["step_peak_live"]
+    check(got == [12 * MiB, 10 * MiB], "Recorder's step_peak_live: %r" % got)
+
+sys.exit(1 if failures else 0)
