@@ -569,14 +569,16 @@ static struct stat_values run_change_begin(struct heap *h, const struct segment 
     return stats_values(event_pool(&h->stats, (enum pool_kind)seg->pool));
 }
 
+static int64_t rise_over(int64_t after, int64_t before) { return after > before ? after - before : 0; }
+
 static void run_change_end(struct heap *h, const struct segment *seg, const struct stat_values *before)
 {
     struct pool_stats *p = event_pool(&h->stats, (enum pool_kind)seg->pool);
     struct stat_values after = stats_values(p);
-    p->gained.reserved += after.reserved > before->reserved ? after.reserved - before->reserved : 0;
-    p->gained.segments += after.segment > before->segment ? after.segment - before->segment : 0;
-    p->gained.split += after.split > before->split ? after.split - before->split : 0;
-    p->gained.split_blocks += after.split_blocks > before->split_blocks ? after.split_blocks - before->split_blocks : 0;
+    p->gained.reserved += rise_over(after.reserved, before->reserved);
+    p->gained.segments += rise_over(after.segment, before->segment);
+    p->gained.split += rise_over(after.split, before->split);
+    p->gained.split_blocks += rise_over(after.split_blocks, before->split_blocks);
 }
 
 /* A run is on the idle list exactly when it is wholly free. */

@@ -109,6 +109,7 @@ static inline void split_blocks_added(struct heap_stats *s, enum pool_kind pool,
     BOTH_AND_OWN(s, pool, p, rise(&p->split_blocks, n), p->gained.split_blocks += n);
 }
 
+/* The count's peak, once a free is done with it (heap_settle; lifecycle_free without parking). */
 static inline void split_blocks_peak(struct heap_stats *s, enum pool_kind pool)
 {
     BOTH(s, pool, p, peak_at_least(&p->split_blocks.peak, p->split_blocks.cur));
@@ -140,10 +141,10 @@ static inline void oversize_let_go(struct heap_stats *s, int64_t size)
         fall(&s->oversize.blocks, 1);
 }
 
-/* Inlined by force: two callers (heap_take_block, heap_reuse_parked), and a call costs the allocation
- * more than the copy does. */
 /* split_blocks: how the take moved the count of FREE blocks outside wholly free segments: -1 for the
- * block taken, unless it came from a wholly free segment, and +1 for a rest split off. */
+ * block taken, unless it came from a wholly free segment, and +1 for a rest split off. Inlined by
+ * force: two callers (heap_take_block, heap_reuse_parked), and a call costs the allocation more than
+ * the copy does. */
 static inline __attribute__((always_inline)) void stats_take(struct heap_stats *s, enum pool_kind pool, int64_t size,
                                                              int64_t requested, int64_t idle_segment,
                                                              int64_t split_blocks)

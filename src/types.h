@@ -258,7 +258,7 @@ struct stat_values {
     int64_t allocation, active, allocated, active_bytes, requested, reserved, segment, split, split_blocks;
 };
 /* Every statistic is exact, so that each peak is a value the statistic really had between two
- * operations. Seven are counted; three follow from them and are computed when read (pool_active and
+ * operations. Eight are counted; three follow from them and are computed when read (pool_active and
  * the two below), which spares the fast path their updates: only their peaks are kept, checked
  * wherever they can rise. Each event updates every counter it moves once, and checks a peak only
  * where the value can rise. */
