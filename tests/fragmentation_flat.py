@@ -9,20 +9,12 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fragmentation  # noqa: E402
+from checks import check, done  # noqa: E402
 from workloads.common import Recorder, steps_path  # noqa: E402
 
 MiB = 1 << 20
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    if not ok:
-        failures += 1
-        print("FAIL: " + what)
-    else:
-        print("ok: " + what)
 
 
 def flat(step_peak_live, calls):
@@ -58,4 +50,4 @@ with tempfile.TemporaryDirectory() as d:
         got = json.load(f)["step_peak_live"]
     check(got == [12 * MiB, 10 * MiB], "Recorder's step_peak_live: %r" % got)
 
-sys.exit(1 if failures else 0)
+done()

@@ -9,19 +9,11 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import call_bound  # noqa: E402
+from checks import check, done  # noqa: E402
 
 MiB = 1 << 20
-failures = 0
-
-
-def check(ok, what):
-    global failures
-    if not ok:
-        failures += 1
-        print("FAIL: " + what)
-    else:
-        print("ok: " + what)
 
 
 def bounds_of(steps_ops, warmup=1):
@@ -85,5 +77,4 @@ check(abs(b["page_bound_ratio"] - 4 * MiB / 1024) < 1e-9, "two streams, a page e
 b = bounds_of([["a,%d,100,0" % i for i in range(1, 101)]])
 check(b["peak_live_bytes"] == 100 * 512, "sizes rounded to 512 bytes (%d)" % b["peak_live_bytes"])
 
-print("%d failure(s)" % failures)
-sys.exit(1 if failures else 0)
+done()
