@@ -579,12 +579,10 @@ static size_t collect_free_pages(struct heap *h, size_t page, uintptr_t except_l
                     if (hi <= lo)
                         continue;
                     if (n == cap) {
-                        size_t ncap = cap ? 2 * cap : 16;
-                        struct free_pages *grown = realloc(v, ncap * sizeof *grown);
+                        struct free_pages *grown = grow_table(v, &cap, sizeof *grown, 16);
                         if (!grown)
                             goto done; /* without host memory, release what was found */
                         v = grown;
-                        cap = ncap;
                     }
                     v[n++] = (struct free_pages){b, lo, hi};
                 }

@@ -20,6 +20,10 @@ uint64_t now_ns(void);
 uint64_t idle_clock(void);
 /* "512 B", "1.5 MiB", "2.0 GiB". */
 const char *format_bytes(uint64_t bytes, char buf[32]);
+/* A table of items grown by doubling (to `first` items while it has none): the grown table, *cap
+ * updated; or NULL, the table and *cap as they were, when the host has no memory for it or its size
+ * would not fit in a size_t. */
+void *grow_table(void *items, size_t *cap, size_t item_size, size_t first);
 /* Into a growable text (struct text, types.h), which on host-memory failure stops growing and says so. */
 void text_printf(struct text *x, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -51,12 +51,10 @@ static tide_status reserve_slot(tide_allocator *t)
 {
     if (t->nipc < t->ipc_cap)
         return TIDE_OK;
-    size_t cap = t->ipc_cap ? 2 * t->ipc_cap : 8;
-    struct ipc_opening *grown = realloc(t->ipc, cap * sizeof *grown);
+    struct ipc_opening *grown = grow_table(t->ipc, &t->ipc_cap, sizeof *grown, 8);
     if (!grown)
         return tide__fail(TIDE_EHOSTMEM, "tide_ipc_open: out of host memory for the table of openings");
     t->ipc = grown;
-    t->ipc_cap = cap;
     return TIDE_OK;
 }
 

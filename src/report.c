@@ -153,14 +153,12 @@ tide_status report_leaks_locked(tide_allocator *t, struct leak_groups *out)
                     g++;
                 if (g == n) {
                     if (n == cap) {
-                        size_t ncap = cap ? 2 * cap : 16;
-                        struct leak_group *more = realloc(groups, ncap * sizeof *more);
+                        struct leak_group *more = grow_table(groups, &cap, sizeof *more, 16);
                         if (!more) {
                             s = TIDE_EHOSTMEM;
                             break;
                         }
                         groups = more;
-                        cap = ncap;
                     }
                     groups[n++] = (struct leak_group){tag, site, pending, 0, 0, 0};
                 }

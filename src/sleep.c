@@ -464,12 +464,10 @@ static tide_status map_counted(tide_allocator *t, struct wake *w, struct heap *h
                                uintptr_t lo, uintptr_t hi)
 {
     if (w->n == w->cap) {
-        size_t cap = w->cap ? 2 * w->cap : 16;
-        struct mapped_stretch *grown = realloc(w->v, cap * sizeof *grown);
+        struct mapped_stretch *grown = grow_table(w->v, &w->cap, sizeof *grown, 16);
         if (!grown)
             return tide__fail(TIDE_EHOSTMEM, "tide_pool_wake: out of host memory");
         w->v = grown;
-        w->cap = cap;
     }
     tide_status s = expandable_map_unit(t, run, lo, hi);
     if (s != TIDE_OK)

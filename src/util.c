@@ -116,6 +116,17 @@ void text_printf(struct text *x, const char *fmt, ...)
     }
 }
 
+void *grow_table(void *items, size_t *cap, size_t item_size, size_t first)
+{
+    size_t want = *cap ? 2 * *cap : first;
+    if (want < *cap || want > SIZE_MAX / item_size)
+        return NULL;
+    void *grown = realloc(items, want * item_size);
+    if (grown)
+        *cap = want;
+    return grown;
+}
+
 void text_json_string(struct text *x, const char *s)
 {
     if (!s) {

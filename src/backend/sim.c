@@ -167,12 +167,9 @@ static void *address_claim(size_t claim)
         at = claims[i].end > at ? claims[i].end : at;
     if (at + claim <= SIM_HINT_TOP) {
         if (nclaims == claims_cap) {
-            size_t cap = claims_cap ? 2 * claims_cap : 64;
-            struct claim *grown = realloc(claims, cap * sizeof *grown);
-            if (grown) {
+            struct claim *grown = grow_table(claims, &claims_cap, sizeof *grown, 64);
+            if (grown)
                 claims = grown;
-                claims_cap = cap;
-            }
         }
         if (nclaims < claims_cap) {
             memmove(&claims[i + 1], &claims[i], (nclaims - i) * sizeof *claims);
@@ -485,11 +482,9 @@ static tide_status sim_reserve(void *ctx, size_t size, uintptr_t *out)
     bool fits = size <= free_now;
     bool room = sim->nsegments < sim->segments_cap;
     if (fits && !room) {
-        size_t cap = sim->segments_cap ? 2 * sim->segments_cap : 64;
-        struct sim_segment *grown = realloc(sim->segments, cap * sizeof *grown);
+        struct sim_segment *grown = grow_table(sim->segments, &sim->segments_cap, sizeof *grown, 64);
         if (grown) {
             sim->segments = grown;
-            sim->segments_cap = cap;
             room = true;
         }
     }
@@ -780,8 +775,7 @@ static tide_status sim_va_reserve(void *ctx, size_t size, uintptr_t *out)
     munmap((void *)(addr + size), raw + SIM_PAGE_SIZE - addr);
     pthread_mutex_lock(&sim->lock);
     if (sim->nvranges == sim->vranges_cap) {
-        size_t cap = sim->vranges_cap ? 2 * sim->vranges_cap : 8;
-        struct sim_vrange *grown = realloc(sim->vranges, cap * sizeof *grown);
+        struct sim_vrange *grown = grow_table(sim->vranges, &sim->vranges_cap, sizeof *grown, 8);
         if (!grown) {
             pthread_mutex_unlock(&sim->lock);
             host_unmap(sim, addr, size);
@@ -790,7 +784,6 @@ static tide_status sim_va_reserve(void *ctx, size_t size, uintptr_t *out)
             return TIDE_EHOSTMEM;
         }
         sim->vranges = grown;
-        sim->vranges_cap = cap;
     }
     sim->vranges[sim->nvranges++] = (struct sim_vrange){addr, size, ids};
     pthread_mutex_unlock(&sim->lock);
@@ -1087,15 +1080,13 @@ static tide_status sim_ipc_open(void *ctx, const void *handle, size_t handle_len
             return TIDE_EDEVICE;
         }
     if (sim->nopenings == sim->openings_cap) {
-        size_t cap = sim->openings_cap ? 2 * sim->openings_cap : 8;
-        struct sim_opening *grown = realloc(sim->openings, cap * sizeof *grown);
+        struct sim_opening *grown = grow_table(sim->openings, &sim->openings_cap, sizeof *grown, 8);
         if (!grown) {
             pthread_mutex_unlock(&sim->lock);
             tide_backend_error("sim: ipc_open: out of host memory to track an opening");
             return TIDE_EHOSTMEM;
         }
         sim->openings = grown;
-        sim->openings_cap = cap;
     }
     sim->openings[sim->nopenings++] = (struct sim_opening){h.device, h.segment, (uintptr_t)h.addr};
     pthread_mutex_unlock(&sim->lock);

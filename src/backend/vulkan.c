@@ -266,8 +266,7 @@ static tide_status vk_reserve(void *ctx, size_t size, uintptr_t *out_addr)
     atomic_fetch_add(&vk->memory_allocations, 1);
     pthread_mutex_lock(&vk->segments_lock);
     if (vk->nsegments == vk->segments_cap) {
-        size_t cap = vk->segments_cap ? vk->segments_cap * 2 : 64;
-        struct vk_segment *grown = realloc(vk->segments, cap * sizeof *grown);
+        struct vk_segment *grown = grow_table(vk->segments, &vk->segments_cap, sizeof *grown, 64);
         if (!grown) {
             pthread_mutex_unlock(&vk->segments_lock);
             segment_destroy(vk, &s);
@@ -276,7 +275,6 @@ static tide_status vk_reserve(void *ctx, size_t size, uintptr_t *out_addr)
             return TIDE_EHOSTMEM;
         }
         vk->segments = grown;
-        vk->segments_cap = cap;
     }
     size_t at = 0; /* the first segment above the new one */
     for (size_t hi = vk->nsegments; at < hi;) {
