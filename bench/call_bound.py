@@ -27,6 +27,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from workloads.common import steps_path  # noqa: E402
+
 MiB = 1 << 20
 PAGE = 2 * MiB
 SMALL_MAX = 1 * MiB
@@ -34,13 +37,12 @@ RATIOS = {"default": 1.10, "expandable": 1.03}
 
 
 def steps_json(trace):
-    for ext in (".csv.gz", ".csv"):
-        if trace.endswith(ext):
-            path = trace[: -len(ext)] + ".json"
-            if os.path.exists(path):
-                with open(path) as f:
-                    return json.load(f)
-    return None
+    """The steps JSON beside the trace, or None."""
+    path = steps_path(trace)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
 
 
 def read_ops(trace):
@@ -49,9 +51,8 @@ def read_ops(trace):
     with opener(trace, "rt") as f:
         next(f)
         for line in f:
-            parts = line.rstrip("\n").split(",")
-            yield parts[0], parts[1] if len(parts) > 1 else "", parts[2] if len(parts) > 2 else "", \
-                parts[3] if len(parts) > 3 else "0"
+            op, ident, size, stream = (line.rstrip("\n").split(",") + ["", "", "0"])[:4]
+            yield op, ident, size, stream or "0"
 
 
 def bounds(trace, steps):

@@ -242,8 +242,8 @@ static void sweep_workload(const char *name, const char *conf, bool strand, void
     unsigned long calls = tide__host_faults_calls() - before;
     CHECK(clean.failed_at == NULL);
     CHECK(calls > 50); /* the workload does reach the library's allocations */
-    unsigned long survived = 0, unreached = 0, tried = 0;
-    for (unsigned long n = 1; n <= calls; n += refusal_stride(), tried++) {
+    unsigned long survived = 0, unreached = 0, tried = 0, stride = refusal_stride();
+    for (unsigned long n = 1; n <= calls; n += stride, tried++) {
         struct run r = {n, conf, strand, NULL, TIDE_OK, 0};
         unsigned long refused_before = tide__host_faults_refused();
         tide__host_faults_arm(n);
@@ -371,8 +371,8 @@ static void spare_sweep(const char *name, enum spare_act act, const char *conf, 
     spare_scenario(&clean);
     CHECK(clean.run.failed_at == NULL);
     CHECK(clean.act_chunks == 1); /* the heap did run out of spare block structs during the act */
-    unsigned long survived = 0;
-    for (unsigned long k = 1; k <= clean.act_calls; k += refusal_stride()) {
+    unsigned long survived = 0, stride = refusal_stride();
+    for (unsigned long k = 1; k <= clean.act_calls; k += stride) {
         struct spare_run r = {act, spares, 0, 0, {k, conf, false, NULL, TIDE_OK, 0}};
         spare_scenario(&r);
         if (r.run.failed_at) {
@@ -384,8 +384,8 @@ static void spare_sweep(const char *name, enum spare_act act, const char *conf, 
             survived++;
         }
     }
-    fprintf(stderr, "%s, %d spare block struct(s) before it: %lu host allocations, each refused in a run "
-            "of its own: %lu runs survived\n", name, spares, clean.act_calls, survived);
+    fprintf(stderr, "%s, %d spare block struct(s) before it: %lu host allocations, every %lu refused in a "
+            "run of its own: %lu runs survived\n", name, spares, clean.act_calls, stride, survived);
 }
 
 /* A segment (here, pages carved out of a FREE block) that the device refuses to release goes back to
