@@ -8,8 +8,10 @@
    seen so far only; if it reserved more, a program ending there would be above r. The fewest calls
    such a policy makes: one each time live memory passes r x the live peak at its last call (each call
    reserving all it may). Counted after the warm-up and in the last half, as the fragmentation table
-   counts them, the refills in the step of the program's own empty_cache (an `e` line) and the next
-   counted apart; r = 1.10 (the default segments' target) and 1.03
+   counts them. The program's own empty_cache (an `e` line) leaves this reserve as it was: the
+   fragmentation table counts apart only reservations up to what an empty_cache gave back, so a
+   policy that gives memory back and reserves it again can hold no more than this one without a
+   counted call; r = 1.10 (the default segments' target) and 1.03
    (expandable segments'). Where this bound is above 1 per 100 steps, no policy meets both that
    ratio and the calls target on the trace.
 
@@ -21,7 +23,6 @@
 Sizes are rounded up to 512 bytes, as both allocators round them. The standard library only.
 """
 import argparse
-import bisect
 import gzip
 import json
 import os
@@ -64,9 +65,8 @@ def bounds(trace, steps):
 
     live, sizes = 0, {}
     by_pool, page_live, page_peak, peak = {}, 0, 0, 0
-    # per ratio: reserved level, calls after the warm-up, in the last half, refill steps
+    # per ratio: reserved level, calls after the warm-up, in the last half
     state = {mode: {"reserved": 0.0, "after": 0, "last_half": 0} for mode in RATIOS}
-    refill_steps = set()
     for i, (op, ident, size, stream) in enumerate(read_ops(trace)):
         if op == "a":
             n = max(512, (int(size) + 511) // 512 * 512)
@@ -77,13 +77,6 @@ def bounds(trace, steps):
             n, key = sizes.pop(ident)
             live -= n
             n = -n
-        elif op == "e":
-            # the program's own empty_cache: its refills are counted apart. The reserve is left as it
-            # was, the most a policy could still hold (every segment with a live block in it), so that
-            # the bound stays below any policy's count.
-            s = bisect.bisect_right(begins, i) - 1 if nsteps else 0
-            refill_steps.update((s, s + 1))
-            continue
         else:
             continue
         old = by_pool.get(key, 0)
@@ -97,11 +90,9 @@ def bounds(trace, steps):
             if live > st["reserved"]:
                 st["reserved"] = RATIOS[mode] * peak  # all the policy may hold now
                 if warm_end is not None and i >= warm_end:
-                    s = bisect.bisect_right(begins, i) - 1
-                    if s not in refill_steps:
-                        st["after"] += 1
-                        if i >= half:
-                            st["last_half"] += 1
+                    st["after"] += 1
+                    if i >= half:
+                        st["last_half"] += 1
     after_steps = max(1, nsteps - warm) if nsteps else 0
     out = {"trace": trace, "steps": nsteps, "warmup_steps": warm, "peak_live_bytes": peak,
            "page_bound_ratio": page_peak / peak if peak else 0.0}

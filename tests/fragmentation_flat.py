@@ -1,6 +1,8 @@
 """bench/fragmentation.py's flatness, live memory being equal: reserved memory that rises after the
 warm-up only as far as the live peak rose is flat; more than that, or a rise with live memory flat, is
-not; a steps JSON without each step's live peak keeps the plain rule. And bench/workloads' Recorder
+not; a steps JSON without each step's live peak keeps the plain rule. The calls after the warm-up
+leave out the program's own empty_cache releases and the reservations that take back as many bytes.
+And bench/workloads' Recorder
 writes each step's live peak, the first step counting what was made before it."""
 import json
 import os
@@ -33,6 +35,30 @@ grown = [90 * MiB] * 18 + [140 * MiB] * 2
 check(flat(grown, warm_calls + [(195, 50 * MiB)]), "50 MiB more as the live peak rose 50 MiB: flat")
 check(not flat(grown, warm_calls + [(195, 60 * MiB)]), "60 MiB more as the live peak rose 50 MiB: not flat")
 check(not flat(None, warm_calls + [(195, 50 * MiB)]), "without each step's live peak: the plain rule")
+
+
+
+def counted(calls, empties):
+    """The same 20 steps: (calls after the warm-up, refills) for calls (operation, bytes) and the
+    operations of the program's own empty_cache."""
+    steps = {"step_begins_at_line": [10 * i for i in range(20)], "warmup_steps": 2}
+    f = fragmentation.call_figures(calls, steps, "default", 200, empties)
+    return f["calls_after_warmup"], f["refill_calls"]
+
+
+# Refills: the empty_cache's own releases, then reservations up to as many bytes as it gave back, in
+# whatever step they come.
+reserve = [(0, 60 * MiB), (1, 40 * MiB)]
+emptied = reserve + [(100, -60 * MiB), (100, -40 * MiB)]
+check(counted(emptied + [(130, 50 * MiB), (180, 50 * MiB)], [100]) == (0, 4),
+      "100 MiB given back and reserved again, 8 steps later too: 4 refills, none counted (%r)"
+      % (counted(emptied + [(130, 50 * MiB), (180, 50 * MiB)], [100]),))
+check(counted(emptied + [(130, 50 * MiB), (150, 50 * MiB), (180, 30 * MiB)], [100]) == (1, 4),
+      "a reservation past what was given back is counted")
+check(counted(emptied + [(130, 50 * MiB), (140, -20 * MiB), (150, 50 * MiB), (160, 20 * MiB)], [100]) == (2, 4),
+      "a release between the refills is counted, and gives the empty_cache's bytes no second use")
+check(counted(emptied + [(130, 50 * MiB)], []) == (3, 0),
+      "without the program's empty_cache every call after the warm-up counts")
 
 with tempfile.TemporaryDirectory() as d:
     r = Recorder(os.path.join(d, "t.csv.gz"), "test", 0)
