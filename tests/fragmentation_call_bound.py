@@ -2,7 +2,6 @@
 that passes r x its last peak at a reservation forces a call, one that stays within it does not; calls
 in the warm-up are not counted, and the program's own empty_cache leaves the reserve as it was; the page bound
 rounds each stream's small and large live bytes up to 2 MiB pages apart."""
-import json
 import os
 import sys
 import tempfile
@@ -12,6 +11,7 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import call_bound  # noqa: E402
 from checks import check, done  # noqa: E402
+from step_traces import write_steps_trace  # noqa: E402
 
 MiB = 1 << 20
 
@@ -19,15 +19,7 @@ MiB = 1 << 20
 def bounds_of(steps_ops, warmup=1):
     """Each step a list of trace lines; the bounds with the steps JSON written beside the trace."""
     with tempfile.TemporaryDirectory() as tmp:
-        trace = os.path.join(tmp, "t.csv")
-        begins, lines = [], []
-        for ops in steps_ops:
-            begins.append(len(lines))
-            lines.extend(ops)
-        with open(trace, "w") as f:
-            f.write("op,id,size,stream\n" + "\n".join(lines) + "\n")
-        with open(os.path.join(tmp, "t.json"), "w") as f:
-            json.dump({"step_begins_at_line": begins, "warmup_steps": warmup}, f)
+        trace, _ = write_steps_trace(tmp, steps_ops, warmup)
         return call_bound.bounds(trace, call_bound.steps_json(trace))
 
 

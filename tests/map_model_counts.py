@@ -2,7 +2,6 @@
 maps nothing after its first step; a loop whose blocks need more contiguous pages than the idle ones
 left holds them only with room to spare: at r = 1 (pages for peak live only) it maps in every step,
 with twice the pages it maps nothing after the first; the pages held never pass the cap."""
-import json
 import os
 import sys
 import tempfile
@@ -12,20 +11,14 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import map_model  # noqa: E402
 from checks import check, done  # noqa: E402
+from step_traces import write_steps_trace  # noqa: E402
 
 MiB = 1 << 20
 
 
 def model(steps_ops, ratios, warmup=1):
     with tempfile.TemporaryDirectory() as tmp:
-        trace = os.path.join(tmp, "t.csv")
-        begins, lines = [], []
-        for ops in steps_ops:
-            begins.append(len(lines))
-            lines.extend(ops)
-        with open(trace, "w") as f:
-            f.write("op,id,size,stream\n" + "\n".join(lines) + "\n")
-        steps = {"step_begins_at_line": begins, "warmup_steps": warmup}
+        trace, steps = write_steps_trace(tmp, steps_ops, warmup)
         return map_model.model_trace(trace, steps, ratios)
 
 
