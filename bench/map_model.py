@@ -24,12 +24,13 @@ large trace; --steps keeps the first N steps. The standard library only.
 """
 import argparse
 import bisect
-import gzip
+import itertools
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import call_bound  # noqa: E402
 from workloads.common import steps_path  # noqa: E402
 
 UNIT = 512
@@ -38,22 +39,12 @@ STREAM_SPACE = 1 << 40          # units between two streams' address ranges
 
 
 def read_ops(trace, nlines=None):
-    """[(op, id, units, stream)] of allocations and frees, the first nlines operations (empty_cache
-    lines kept out: in this model nothing is given back)."""
-    opener = gzip.open if trace.endswith(".gz") else open
+    """[(op, id, units, stream)] of the first nlines operations: allocations, frees, and empty_cache
+    lines kept as such so that indices match the steps JSON (in this model nothing is given back)."""
     ops = []
-    with opener(trace, "rt") as f:
-        next(f)
-        for i, line in enumerate(f):
-            if nlines is not None and i >= nlines:
-                break
-            op, ident, size, stream = (line.rstrip("\n").split(",") + ["", "", "0"])[:4]
-            if op == "a":
-                ops.append(("a", ident, max(1, -(-int(size) // UNIT)), int(stream or 0)))
-            elif op == "f":
-                ops.append(("f", ident, 0, int(stream or 0)))
-            else:
-                ops.append(("e", "", 0, 0))
+    for op, ident, size, stream in itertools.islice(call_bound.read_ops(trace), nlines):
+        units = max(1, -(-int(size) // UNIT)) if op == "a" else 0
+        ops.append((op if op in ("a", "f") else "e", ident, units, int(stream)))
     return ops
 
 

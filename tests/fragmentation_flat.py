@@ -2,8 +2,8 @@
 warm-up only as far as the live peak rose is flat; more than that, or a rise with live memory flat, is
 not; a steps JSON without each step's live peak keeps the plain rule. The calls after the warm-up
 leave out the program's own empty_cache releases and the reservations that take back as many bytes.
-And bench/workloads' Recorder
-writes each step's live peak, the first step counting what was made before it."""
+And bench/workloads' Recorder writes each step's live peak, the first step counting what was made
+before it."""
 import json
 import os
 import sys
@@ -37,7 +37,6 @@ check(not flat(grown, warm_calls + [(195, 60 * MiB)]), "60 MiB more as the live 
 check(not flat(None, warm_calls + [(195, 50 * MiB)]), "without each step's live peak: the plain rule")
 
 
-
 def counted(calls, empties):
     """The same 20 steps: (calls after the warm-up, refills) for calls (operation, bytes) and the
     operations of the program's own empty_cache."""
@@ -50,9 +49,9 @@ def counted(calls, empties):
 # whatever step they come.
 reserve = [(0, 60 * MiB), (1, 40 * MiB)]
 emptied = reserve + [(100, -60 * MiB), (100, -40 * MiB)]
-check(counted(emptied + [(130, 50 * MiB), (180, 50 * MiB)], [100]) == (0, 4),
-      "100 MiB given back and reserved again, 8 steps later too: 4 refills, none counted (%r)"
-      % (counted(emptied + [(130, 50 * MiB), (180, 50 * MiB)], [100]),))
+got = counted(emptied + [(130, 50 * MiB), (180, 50 * MiB)], [100])
+check(got == (0, 4), "100 MiB given back and reserved again, 8 steps later too: 4 refills, none counted (%r)"
+      % (got,))
 check(counted(emptied + [(130, 50 * MiB), (150, 50 * MiB), (180, 30 * MiB)], [100]) == (1, 4),
       "a reservation past what was given back is counted")
 check(counted(emptied + [(130, 50 * MiB), (140, -20 * MiB), (150, 50 * MiB), (160, 20 * MiB)], [100]) == (2, 4),
