@@ -57,7 +57,8 @@
  *   (coming back up to the mark then maps pages but unmaps none, and each unmap waits for the device);
  *   there tide_reset_peak_stats resets it, as a program starting a new phase would. What the program held
  *   under the old mark is forgotten with it, so the new phase is placed as a new allocator would place
- *   it. Config key trim_on_growth turns all this off.
+ *   it; a segment the call kept for a block in use lowers the mark when it goes back (tide_empty_cache).
+ *   Config key trim_on_growth turns all this off.
  *
  * SEGMENTS THAT GROW (expandable_segments:True)
  *   Each stream reserves, per pool, an address range as large as the device (no memory behind it) and
@@ -422,7 +423,11 @@ typedef struct tide_release_report {
 
 /* Synchronizes the device, drains every PENDING block whose uses are done, and releases every wholly
  * free segment. With nothing allocated and nothing referenced, reserved memory is 0 afterwards. report
- * may be NULL. Blocks still referenced stay PENDING and are counted in report->pending_*. */
+ * may be NULL. Blocks still referenced stay PENDING and are counted in report->pending_*.
+ * A segment kept for a block in use is asked back (default segments, outside private pools): once
+ * wholly free it serves only a request of its free block's exact size, and the next tide_malloc that
+ * finds no cached block for its request gives it back first, so a program that frees its last blocks
+ * after the call (a finished run's model) starts its next phase as a new allocator would. */
 TIDE_API tide_status tide_empty_cache(tide_allocator *t, tide_release_report *report);
 
 /* Releases wholly free cached segments, oldest first, until reserved memory is at most target_bytes.

@@ -11,6 +11,7 @@ struct checker {
     unsigned problems;
     char first[512];
     bool one_heap;                    /* check_heap_locked: h's lock only, another call may be under way */
+    uint32_t asked_back_idle;         /* idle segments asked back, over the heaps walked */
 };
 
 __attribute__((format(printf, 2, 3))) static void problem(struct checker *c, const char *fmt, ...)
@@ -364,6 +365,10 @@ static void check_heap_idle_list(struct checker *c, struct heap *h, size_t segme
             problem(c, "the idle list of stream 0x%llx is not oldest first",
                     (unsigned long long)h->stream);
         last_idle = seg->idle_since;
+        if (seg->asked_back && seg->serves_from != SIZE_MAX)
+            problem(c, "segment 0x%llx is asked back and idle, but serves requests of %zu bytes or more",
+                    (unsigned long long)seg->base, seg->serves_from);
+        c->asked_back_idle += seg->asked_back;
         if (++idle_listed > segments) /* more than there are: it loops, or holds strangers */
             break;
     }
@@ -484,6 +489,9 @@ tide_status check_locked(tide_allocator *t)
     if ((int64_t)t->reserved != reserved)
         problem(&c, "reserved_bytes.all is %zu but the segments add up to %lld", t->reserved,
                 (long long)reserved);
+    if (atomic_load(&t->asked_back_idle) != c.asked_back_idle)
+        problem(&c, "%u idle segments are counted as asked back by tide_empty_cache, and %u are",
+                atomic_load(&t->asked_back_idle), c.asked_back_idle);
     if (c.problems == 0)
         return TIDE_OK;
     return tide__fail(TIDE_ECORRUPT, "tide_check: %u problem%s; the first: %s", c.problems,

@@ -137,6 +137,13 @@ static uint64_t idle_stamp(const struct heap *h)
 static void idle_append_at(struct heap *h, struct segment *seg, uint64_t since)
 {
     seg->idle = true;
+    if (TIDE_UNLIKELY(seg->asked_back)) {
+        /* Not to be carved by the next allocations before it goes back (pressure.c, release_asked_back):
+         * only a request of its free block's exact size takes it, and keeps it. */
+        seg->serves_from_kept = seg->serves_from;
+        seg->serves_from = SIZE_MAX;
+        atomic_fetch_add_explicit(&h->owner->asked_back_idle, 1, memory_order_relaxed);
+    }
     seg->idle_since = since;
     seg->idle_next = NULL;
     seg->idle_prev = h->idle_tail;
@@ -161,6 +168,11 @@ static void idle_unlink(struct heap *h, struct segment *seg)
         h->idle_tail = seg->idle_prev;
     seg->idle_prev = seg->idle_next = NULL;
     seg->idle = false;
+    if (TIDE_UNLIKELY(seg->asked_back)) {
+        seg->asked_back = false;
+        seg->serves_from = seg->serves_from_kept;
+        atomic_fetch_sub_explicit(&h->owner->asked_back_idle, 1, memory_order_relaxed);
+    }
 }
 
 static void segment_link(struct heap *h, struct segment *seg)
@@ -445,9 +457,16 @@ struct block *heap_reuse_parked(struct heap *h, enum pool_kind pool, size_t roun
      * would not be (a rest too small to keep), the layout comes back as it is. */
     if (absorbs_next && !worth_splitting(b->seg, merged, rounded))
         return NULL;
+    /* A segment asked back (pressure.c) that the merge would leave wholly free serves only its free
+     * block's exact size, and taken so, is asked back no more. */
+    bool asked_back_idle = h->parked_covers && TIDE_UNLIKELY(b->seg->asked_back);
+    if (asked_back_idle && absorbs_next)
+        return NULL;
     struct free_index *fi = heap_free_index(h, pool);
     if (!free_index_would_find(fi, rounded, &h->owner->fit, b->seg, merged, absorbs_next ? next : NULL))
         return NULL;
+    if (asked_back_idle)
+        b->seg->asked_back = false;
     /* What the merge, the search and the split would have changed besides: the split's rest, the
      * FREE block after b again, filed at the front of its class (in the very struct, which the merge
      * recycles and the split takes back); the segment put on the idle list and taken off it. */

@@ -418,11 +418,60 @@ static tide_status climb_ladder(tide_allocator *t, struct heap *h, enum pool_kin
     return s;
 }
 
+/* tide_empty_cache asks for every cached byte back, but a segment with a block in use cannot go. The
+ * program often frees those blocks right after (the model and optimizer of a finished run, then the
+ * next run begins): had the cache been emptied then, the next phase would be placed as in a new
+ * allocator; kept, its idle segments are carved by the next phase's first requests, which a new
+ * allocator would have given segments of their own, and the phase peaks higher (a recorded LSTM
+ * training run replayed twice: 1.195x of peak live in the second pass, 1.084x in the first). So each
+ * segment the empty_cache kept is asked back: once wholly free it serves no request the fit rules
+ * weigh (heap.c, idle_append_at), and the next allocation that leaves the fast path gives it back, and
+ * lowers the high-water mark by it, as the restart would have counted it out. Not with expandable
+ * segments, whose mark outlives tide_empty_cache, nor in private pools, which keep their memory. */
+static void ask_back_segments_in_use(tide_allocator *t)
+{
+    for (uint32_t i = 0; i < heap_count(t); i++) {
+        struct heap *h = t->heaps[i];
+        if (h->keeps_memory || h->vm)
+            continue;
+        heap_lock_and_settle(h);
+        for (struct segment *seg = h->segments; seg; seg = seg->next)
+            if (!seg->idle) /* an idle one went back already, unless the backend refused */
+                seg->asked_back = true;
+        heap_unlock(h);
+    }
+}
+
+static void release_asked_back(tide_allocator *t)
+{
+    if (atomic_load_explicit(&t->asked_back_idle, memory_order_relaxed) == 0 || atomic_load(&t->captures))
+        return;
+    for (uint32_t i = 0; i < heap_count(t); i++) {
+        struct heap *h = t->heaps[i];
+        struct segment *list = NULL;
+        if (h->keeps_memory)
+            continue;
+        heap_lock_and_settle(h);
+        for (struct segment *seg = h->idle_head, *next; seg; seg = next) {
+            next = seg->idle_next;
+            if (seg->asked_back)
+                heap_detach_idle_segment(h, seg, &list);
+        }
+        heap_unlock(h);
+        size_t before = t->reserved;
+        if (list && release_segments(t, h, list, NULL) != TIDE_OK)
+            return; /* the backend is refusing: the segments are cached again, asked back no more */
+        size_t gone = before - t->reserved;
+        t->high_water = t->high_water - gone > t->reserved ? t->high_water - gone : t->reserved;
+    }
+}
+
 tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
                             size_t requested, struct block **out)
 {
     tide_status s = TIDE_OK;
     pthread_mutex_lock(&t->pressure);
+    release_asked_back(t);
     /* Another thread may have freed memory on this stream since the fast path looked. */
     struct block *b = retry_fit(h, pool, rounded, requested, &t->fit, &s);
     /* The fit rules keep cached blocks for larger requests while a new segment for this one fits under
@@ -492,8 +541,10 @@ tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report)
      * expandable segments: there, growing past the mark unmaps free pages elsewhere, and each unmap
      * waits for the device; a loop that empties its cache every few steps would pay that all the way
      * back up to where it was (measured: 2.7 times the unmaps on the seed trace, no lower peak). */
-    if (!t->conf.expandable_segments)
+    if (!t->conf.expandable_segments) {
         high_water_restart(t);
+        ask_back_segments_in_use(t);
+    }
     fill_report(t, &r);
     HISTORY_EVENT(t, TIDE_EVENT_EMPTY_CACHE, 0, 0, r.released_bytes);
     settle_and_unlock(t);

@@ -29,6 +29,7 @@ struct segment *segment_struct(tide_allocator *t)
     seg->pool = 0;
     seg->backend = NULL;
     seg->serves_from = 0;
+    seg->asked_back = false;
     seg->first = NULL;
     seg->prev = seg->next = NULL;
     seg->idle_prev = seg->idle_next = NULL;

@@ -138,6 +138,10 @@ struct segment {
     struct segment *prev, *next;      /* the heap's list of segments */
     struct segment *idle_prev, *idle_next; /* the heap's list of wholly free segments, oldest first */
     bool idle;
+    bool asked_back;                  /* tide_empty_cache kept it for blocks in use: it goes back once
+                                         wholly free (release_asked_back, pressure.c); while idle it
+                                         serves no request the fit rules weigh (serves_from SIZE_MAX) */
+    size_t serves_from_kept;          /* serves_from while asked_back and idle, for a reuse */
     uint32_t busy;                    /* its blocks that are not FREE (ACTIVE, PENDING, PARKED): at 1,
                                          freeing that one leaves the segment wholly free */
     uint64_t idle_since;              /* idle_clock() when it became wholly free (0 while one heap) */
@@ -385,6 +389,8 @@ struct tide_allocator {
     size_t held_peak;                         /* the most the program has held (allocated and pending bytes,
                                                  and the request) when a growth passed high_water, since
                                                  the mark last restarted: see may_pass_mark in segment.c */
+    _Atomic(uint32_t) asked_back_idle;        /* idle segments that tide_empty_cache asked back (written
+                                                 under their heap's lock; read by pressure_malloc) */
     struct segment *spare_segments;           /* recycled segment structs, under pressure */
     struct segment_map segmap;
     uint64_t num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_sync_all_streams,
