@@ -50,7 +50,7 @@
  *   reserving a segment that would take reserved memory past the most it has ever been, tidepool gives
  *   back wholly free segments, since none of them could serve the request: the smallest one that
  *   covers the overshoot, or if none does, the oldest ones until it is covered. While reserved memory
- *   stays within 1/32 of the most the program has held (allocated and pending bytes, with the
+ *   stays within 2.9% of the most the program has held (allocated and pending bytes, with the
  *   request, at each such growth), the mark rises instead, so a loop whose shapes take turns keeps
  *   what it will want again.
  *   tide_empty_cache resets the mark to what stays reserved. With expandable segments it does not

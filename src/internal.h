@@ -252,7 +252,7 @@ struct where where_is_memory(tide_allocator *t);
 /* Under the pressure lock, before a growth of `bytes` for a request of `rounded` bytes passes the
  * high-water mark: whether the mark may simply rise (true), or cached memory must go first. It may
  * rise while reserved stays within a slack of the most the program has held (allocated and pending,
- * with the request) at any growth since the mark restarted: 1/32 of it (TIDE_HOLD_SLACK_SHIFT).
+ * with the request) at any growth since the mark restarted: 30/1024 of it (TIDE_HOLD_SLACK_PER_1024).
  * docs/design.md, Holding memory. */
 bool may_pass_mark(tide_allocator *t, size_t rounded, size_t bytes);
 void note_reserved(tide_allocator *t, size_t bytes);   /* reserved grew: peaks, marks, counters */

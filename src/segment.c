@@ -142,7 +142,7 @@ bool may_pass_mark(tide_allocator *t, size_t rounded, size_t bytes)
     size_t held = (size_t)(w.allocated + w.pending) + rounded;
     if (held > t->held_peak)
         t->held_peak = held;
-    return t->reserved + bytes <= t->held_peak + (t->held_peak >> TIDE_HOLD_SLACK_SHIFT);
+    return t->reserved + bytes <= t->held_peak + t->held_peak / 1024 * TIDE_HOLD_SLACK_PER_1024;
 }
 
 void note_reserved(tide_allocator *t, size_t bytes)

@@ -37,10 +37,11 @@
 #ifndef TIDE_FIT_SCAN
 #define TIDE_FIT_SCAN 16                      /* blocks compared in the request's own size class */
 #endif
-#ifndef TIDE_HOLD_SLACK_SHIFT
-#define TIDE_HOLD_SLACK_SHIFT 5               /* reserved memory may pass the high-water mark without a
-                                                 trim while within 1/32 of the most the program has held
-                                                 (may_pass_mark, segment.c) */
+#ifndef TIDE_HOLD_SLACK_PER_1024
+#define TIDE_HOLD_SLACK_PER_1024 30           /* reserved memory may pass the high-water mark without a
+                                                 trim while within 30/1024 (2.9%) of the most the program
+                                                 has held (may_pass_mark, segment.c): under the 3% that
+                                                 expandable segments aim to stay within */
 #endif
 #ifndef TIDE_SEGMENT_SHARE_SHIFT
 #define TIDE_SEGMENT_SHARE_SHIFT 5            /* below the high-water mark, a segment reserved for a
