@@ -509,6 +509,17 @@ size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct seg
     return detached;
 }
 
+size_t heap_detach_asked_back(struct heap *h, struct segment **out)
+{
+    size_t detached = 0;
+    for (struct segment *seg = h->idle_head, *next; seg; seg = next) {
+        next = seg->idle_next;
+        if (seg->asked_back)
+            detached += heap_detach_idle_segment(h, seg, out);
+    }
+    return detached;
+}
+
 void heap_reattach_idle(struct heap *h, struct segment *seg)
 {
     heap_adopt_free(h, seg, seg->first);

@@ -164,6 +164,8 @@ struct block *heap_reuse_parked(struct heap *h, enum pool_kind pool, size_t roun
 size_t heap_detach_idle(struct heap *h, uint64_t before, size_t want, struct segment **out);
 /* The same for one idle segment of h, whatever its age. */
 size_t heap_detach_idle_segment(struct heap *h, struct segment *seg, struct segment **out);
+/* Detaches the idle segments that tide_empty_cache asked back (pressure.c); returns their bytes. */
+size_t heap_detach_asked_back(struct heap *h, struct segment **out);
 /* Under h->lock: merges the parked block into the cache, as tide_free would have at once. */
 void heap_settle(struct heap *h);
 /* Under h->lock: put back a segment whose release failed (what is still held of it: seg's base and

@@ -171,7 +171,10 @@ static void release_for_high_water(tide_allocator *t, size_t want)
     }
 }
 
-static tide_status release_all_idle(tide_allocator *t, tide_release_report *r)
+/* Releases every heap's idle segments, or only those tide_empty_cache asked back; adds the bytes
+ * released to *released. */
+static tide_status release_idle_of_every_heap(tide_allocator *t, bool asked_back_only, tide_release_report *r,
+                                              size_t *released)
 {
     tide_status first_error = TIDE_OK;
     for (uint32_t i = 0; i < heap_count(t); i++) {
@@ -180,13 +183,24 @@ static tide_status release_all_idle(tide_allocator *t, tide_release_report *r)
         if (h->keeps_memory)
             continue;
         heap_lock_and_settle(h);
-        heap_detach_idle(h, UINT64_MAX, SIZE_MAX, &list);
+        if (asked_back_only)
+            heap_detach_asked_back(h, &list);
+        else
+            heap_detach_idle(h, UINT64_MAX, SIZE_MAX, &list);
         heap_unlock(h);
+        size_t before = t->reserved;
         tide_status s = release_segments(t, h, list, r);
+        *released += before - t->reserved;
         if (s != TIDE_OK && first_error == TIDE_OK)
             first_error = s;
     }
     return first_error;
+}
+
+static tide_status release_all_idle(tide_allocator *t, tide_release_report *r)
+{
+    size_t released = 0;
+    return release_idle_of_every_heap(t, false, r, &released);
 }
 
 /* Releases cached memory until `want` bytes are released: wholly free segments oldest first, then,
@@ -446,24 +460,10 @@ static void release_asked_back(tide_allocator *t)
 {
     if (atomic_load_explicit(&t->asked_back_idle, memory_order_relaxed) == 0 || atomic_load(&t->captures))
         return;
-    for (uint32_t i = 0; i < heap_count(t); i++) {
-        struct heap *h = t->heaps[i];
-        struct segment *list = NULL;
-        if (h->keeps_memory)
-            continue;
-        heap_lock_and_settle(h);
-        for (struct segment *seg = h->idle_head, *next; seg; seg = next) {
-            next = seg->idle_next;
-            if (seg->asked_back)
-                heap_detach_idle_segment(h, seg, &list);
-        }
-        heap_unlock(h);
-        size_t before = t->reserved;
-        if (list && release_segments(t, h, list, NULL) != TIDE_OK)
-            return; /* the backend is refusing: the segments are cached again, asked back no more */
-        size_t gone = before - t->reserved;
-        t->high_water = t->high_water - gone > t->reserved ? t->high_water - gone : t->reserved;
-    }
+    /* A segment the backend refuses to take is cached again, asked back no more. */
+    size_t gone = 0;
+    (void)release_idle_of_every_heap(t, true, NULL, &gone);
+    t->high_water = t->high_water - gone > t->reserved ? t->high_water - gone : t->reserved;
 }
 
 tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
