@@ -363,8 +363,50 @@ def test_adaptors():
     expect(TidepoolError, res.allocate, 4096, None)
 
 
+def test_source_tree_builds_once():
+    """Processes that start together from a source tree (torchrun's ranks, a test runner's jobs) build
+    libtidepool once: six at once ran CMake in one folder, and one of them failed. Here threads stand
+    in for the processes (the lock is on an open file, so threads exclude each other as processes do),
+    and CMake is a stand-in that takes a while and writes the library."""
+    import tempfile
+    import threading
+    import time
+    real_run = _lib.subprocess.run
+    configured = []
+
+    def fake_cmake(args, **kwargs):
+        if "--build" in args:
+            time.sleep(0.2)
+            build = args[args.index("--build") + 1]
+            with open(os.path.join(build, "libtidepool.so"), "w"):
+                pass
+        else:
+            configured.append(args)
+            time.sleep(0.2)
+        return subprocess.CompletedProcess(args, 0)
+
+    with tempfile.TemporaryDirectory() as root:
+        results = []
+        _lib.subprocess.run = fake_cmake
+        try:
+            threads = [threading.Thread(target=lambda: results.append(_lib._build_in_source_tree(root)))
+                       for _ in range(6)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+        finally:
+            _lib.subprocess.run = real_run
+        library = os.path.join(root, "build", "libtidepool.so")
+        if len(configured) != 1:
+            failures.append("six callers at once ran CMake's configure %d times, not once" % len(configured))
+        if results != [library] * 6:
+            failures.append("six callers at once got %r, not the library each" % results)
+
+
 def main():
-    for test in (test_helpers, test_simulated_device, test_close_while_threads_allocate, test_adaptors):
+    for test in (test_helpers, test_simulated_device, test_close_while_threads_allocate, test_adaptors,
+                 test_source_tree_builds_once):
         before = len(failures)
         test()
         print("%s: %s" % (test.__name__, "ok" if len(failures) == before else "FAILED"))

@@ -1,6 +1,7 @@
 """Finds and loads libtidepool, building it from the source tree when needed (standard library only)."""
 
 import ctypes
+import fcntl
 import numbers
 import operator
 import os
@@ -130,13 +131,28 @@ def include_dir():
 
 
 def _build_in_source_tree(root):
+    """The source tree's build/libtidepool.so, built first if missing. Processes that start together
+    (torchrun's ranks, a test runner's jobs) build it once: each waits on a lock in build/, and finds
+    the library built when it gets the lock. Two at once ran CMake in one folder, and one failed."""
     build = os.path.join(root, "build")
-    sys.stderr.write("tidepool: building libtidepool in %s (once)\n" % build)
-    subprocess.run(["cmake", "-S", root, "-B", build, "-DCMAKE_BUILD_TYPE=Release"], check=True,
-                   stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", build, "--target", "tidepool_shared", "-j", str(os.cpu_count() or 2)],
-                   check=True, stdout=subprocess.DEVNULL)
-    return os.path.join(build, "libtidepool.so")
+    library = os.path.join(build, "libtidepool.so")
+    try:
+        os.makedirs(build, exist_ok=True)
+        lock = open(os.path.join(build, ".tidepool-build.lock"), "a")
+    except OSError:
+        if os.path.exists(library):  # a tree we may not write in, built already
+            return library
+        raise
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # let go when the file closes
+        if os.path.exists(library):
+            return library
+        sys.stderr.write("tidepool: building libtidepool in %s (once)\n" % build)
+        subprocess.run(["cmake", "-S", root, "-B", build, "-DCMAKE_BUILD_TYPE=Release"], check=True,
+                       stdout=subprocess.DEVNULL)
+        subprocess.run(["cmake", "--build", build, "--target", "tidepool_shared", "-j",
+                        str(os.cpu_count() or 2)], check=True, stdout=subprocess.DEVNULL)
+        return library
 
 
 def library_path():
@@ -155,9 +171,6 @@ def library_path():
     root = source_root()
     if root is None:
         raise TidepoolError("libtidepool.so not found: set TIDEPOOL_LIBRARY or reinstall the package")
-    built = os.path.join(root, "build", "libtidepool.so")
-    if os.path.exists(built):
-        return built
     return _build_in_source_tree(root)
 
 
