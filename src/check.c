@@ -368,6 +368,9 @@ static void check_heap_idle_list(struct checker *c, struct heap *h, size_t segme
         if (seg->asked_back && seg->serves_from != SIZE_MAX)
             problem(c, "segment 0x%llx is asked back and idle, but serves requests of %zu bytes or more",
                     (unsigned long long)seg->base, seg->serves_from);
+        if (seg->harbours_small)
+            problem(c, "segment 0x%llx is wholly free, but marked as holding a small block",
+                    (unsigned long long)seg->base);
         c->asked_back_idle += seg->asked_back;
         if (++idle_listed > segments) /* more than there are: it loops, or holds strangers */
             break;

@@ -101,10 +101,11 @@ size_t fit_serves_from(const struct fit_rules *r, size_t made_for)
     return share > oversize ? share : oversize;
 }
 
-/* Whether a block of seg may serve a request of size bytes that it holds with room to spare. */
+/* Whether a block of seg may serve a request of size bytes that it holds with room to spare. The last
+ * term is read only where the bound refuses, which the fast path's fits rarely meet. */
 static inline bool acceptable_in(const struct segment *seg, size_t size, const struct fit_rules *r)
 {
-    return r->lifted || size >= seg->serves_from;
+    return r->lifted || size >= seg->serves_from || (r->lifted_in_harbours && seg->harbours_small);
 }
 
 /* The first class above (fl, sl) that holds blocks, or false. */

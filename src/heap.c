@@ -137,6 +137,7 @@ static uint64_t idle_stamp(const struct heap *h)
 static void idle_append_at(struct heap *h, struct segment *seg, uint64_t since)
 {
     seg->idle = true;
+    seg->harbours_small = false; /* nothing in use pins it now */
     if (TIDE_UNLIKELY(seg->asked_back)) {
         /* Not to be carved by the next allocations before it goes back (pressure.c, release_asked_back):
          * only a request of its free block's exact size takes it, and keeps it. */
@@ -273,6 +274,39 @@ struct block *heap_take_fit_by(struct heap *h, enum pool_kind pool, size_t round
     struct block *b = free_index_find(heap_free_index(h, pool), rounded, rules);
     if (!b)
         return NULL;
+    return heap_take_block(h, b, rounded, requested, status);
+}
+
+/* Past the high-water mark the fit rules are lifted: a cached block serves rather than the program's
+ * peak rising (pressure.c). A small request placed in a large segment's free block then keeps that
+ * whole segment reserved while it lives, and a long-lived one for good: a training loop's momentum
+ * buffers, made while its activations fill the large segments, each landed in whichever segment best
+ * fitted it, so that neither segment reserved for a 2 GiB convolution workspace was ever wholly free
+ * again, and every evaluation batch reserved a third (ResNet-18 with variable image sizes,
+ * bench/workloads/vision.py: 28 driver calls per 100 steps, 0.2 with this rule). So
+ * a request that would pin a large segment no small block pins yet goes to one that a small block pins
+ * already, if any of its free blocks holds it: the small blocks gather in few segments, and the others
+ * stay free for the large requests they were made for. */
+struct block *heap_take_past_mark(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
+                                  const struct fit_rules *rules, tide_status *status)
+{
+    static const struct fit_rules any_fit = {.lifted = true};
+    struct free_index *fi = heap_free_index(h, pool);
+    struct block *b = free_index_find(fi, rounded, &any_fit);
+    if (!b)
+        return NULL;
+    /* Small by the share rule alone: a block below max_split_size_mb's bound but above the share
+     * pins nothing the share rule would keep free. */
+    bool pins = b->size != rounded && rounded < (b->seg->size >> rules->share_shift);
+    if (pins && !b->seg->harbours_small) {
+        struct fit_rules harbours = *rules;
+        harbours.lifted_in_harbours = true;
+        struct block *harboured = free_index_find(fi, rounded, &harbours);
+        if (harboured)
+            b = harboured;
+    }
+    if (pins)
+        b->seg->harbours_small = true;
     return heap_take_block(h, b, rounded, requested, status);
 }
 

@@ -475,9 +475,13 @@ tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind po
     /* Another thread may have freed memory on this stream since the fast path looked. */
     struct block *b = retry_fit(h, pool, rounded, requested, &t->fit, &s);
     /* The fit rules keep cached blocks for larger requests while a new segment for this one fits under
-     * the most ever reserved; past it, a kept block serves rather than the program's peak rising. */
-    if (!b && s == TIDE_OK && t->reserved + segment_size_for(pool, rounded) > t->high_water)
-        b = retry_fit(h, pool, rounded, requested, &any_fit, &s);
+     * the most ever reserved; past it, a kept block serves rather than the program's peak rising, in a
+     * segment a small block pins already where one has room (heap_take_past_mark). */
+    if (!b && s == TIDE_OK && t->reserved + segment_size_for(pool, rounded) > t->high_water) {
+        heap_lock_and_settle(h);
+        b = heap_take_past_mark(h, pool, rounded, requested, &t->fit, &s);
+        heap_unlock(h);
+    }
     if (!b && s == TIDE_OK)
         s = grow(t, h, pool, rounded, requested, &b);
     /* No room for a new segment: a cached block the rules kept for larger requests, before anything

@@ -30,6 +30,7 @@ struct segment *segment_struct(tide_allocator *t)
     seg->backend = NULL;
     seg->serves_from = 0;
     seg->asked_back = false;
+    seg->harbours_small = false;
     seg->first = NULL;
     seg->prev = seg->next = NULL;
     seg->idle_prev = seg->idle_next = NULL;

@@ -138,6 +138,11 @@ struct segment {
     struct segment *prev, *next;      /* the heap's list of segments */
     struct segment *idle_prev, *idle_next; /* the heap's list of wholly free segments, oldest first */
     bool idle;
+    bool harbours_small;              /* a block in use in it was placed below its share bound (past the
+                                         high-water mark): it cannot go back until that block is freed,
+                                         so later small requests past the mark go here too rather than
+                                         pin a second large segment (heap_take_past_mark); cleared when
+                                         it is wholly free */
     bool asked_back;                  /* tide_empty_cache kept it for blocks in use: it goes back once
                                          wholly free (release_asked_back, pressure.c); while idle it
                                          serves no request the fit rules weigh (serves_from SIZE_MAX) */
@@ -189,6 +194,8 @@ struct fit_rules {
                                          segment from being given back */
     bool lifted;                      /* every block serves any request it holds: under pressure, and
                                          with expandable segments (the segment is not read) */
+    bool lifted_in_harbours;          /* blocks of a segment that harbours a small block serve any
+                                         request they hold (heap_take_past_mark) */
 };
 
 struct free_index {

@@ -379,6 +379,51 @@ static void test_a_large_segment_is_not_pinned_by_small_requests(void)
     fixture_close(&f);
 }
 
+static int within(const void *p, const void *base, size_t size)
+{
+    return (uintptr_t)p >= (uintptr_t)base && (uintptr_t)p < (uintptr_t)base + size;
+}
+
+/* Past the mark a small request takes a cached block of a large segment, and keeps that segment
+ * reserved while it lives. A second one goes to a segment a small block pins already, not to the one
+ * whose free block fits it best: the first segment stays free for the large request it was made for. */
+static void test_small_blocks_past_the_mark_gather_in_one_large_segment(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *a, *b, *x, *y, *s1, *s2, *z, *again;
+    CHECK_OK(tide_malloc(f.t, 1024 * MIB, 0, &a));
+    CHECK_OK(tide_malloc(f.t, 1024 * MIB, 0, &b));
+    CHECK_OK(tide_free(f.t, a));
+    CHECK_OK(tide_free(f.t, b));
+    /* both segments in use, one each (x's keeps 424 MiB free, y's 324 MiB); the mark is at 2 GiB */
+    CHECK_OK(tide_malloc(f.t, 600 * MIB, 0, &x));
+    CHECK_OK(tide_malloc(f.t, 700 * MIB, 0, &y));
+    CHECK((x == a && y == b) || (x == b && y == a));
+    CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &s1)); /* past the mark: the best fit, in y's segment */
+    CHECK(within(s1, y, 1024 * MIB));
+    CHECK_OK(tide_free(f.t, x));
+    CHECK_OK(tide_malloc(f.t, 1000 * MIB, 0, &z)); /* x's segment again, 24 MiB left free */
+    CHECK(z == x);
+    /* that 24 MiB block fits it best, but y's segment holds a small block already */
+    CHECK_OK(tide_malloc(f.t, 8 * MIB, 0, &s2));
+    CHECK(within(s2, y, 1024 * MIB));
+    CHECK_OK(tide_free(f.t, z));
+    checked(&f);
+    /* x's segment is wholly free: a gigabyte request takes it, with no new reservation */
+    CHECK_OK(tide_malloc(f.t, 1024 * MIB, 0, &again));
+    CHECK(again == x);
+    tide_stats st = stats_of(f.t);
+    CHECK(st.num_device_alloc == 2);
+    CHECK(st.reserved_bytes[ALL].peak == (int64_t)(2048 * MIB));
+    CHECK_OK(tide_free(f.t, again));
+    CHECK_OK(tide_free(f.t, s1));
+    CHECK_OK(tide_free(f.t, s2));
+    CHECK_OK(tide_free(f.t, y));
+    checked(&f);
+    fixture_close(&f);
+}
+
 /* A request of 1 to 10 MiB gets a segment of as many such requests as fit in 20 MiB, rounded up to the
  * 2 MiB granule: no tail that only smaller requests could use. */
 static void test_mid_size_segments_hold_whole_requests(void)
@@ -424,5 +469,6 @@ int main(void)
     RUN(test_max_split_size_keeps_large_segments_for_large_requests);
     RUN(test_mid_size_segments_hold_whole_requests);
     RUN(test_a_large_segment_is_not_pinned_by_small_requests);
+    RUN(test_small_blocks_past_the_mark_gather_in_one_large_segment);
     return HARNESS_EXIT();
 }
