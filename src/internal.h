@@ -137,10 +137,12 @@ void heap_destroy(struct heap *h);
 size_t segment_size_for(enum pool_kind pool, size_t rounded);
 /* Under h->lock: find a FREE block for rounded bytes that the rules let serve it, and make it ACTIVE.
  * NULL if none fits (heap_take_fit, hot_path.h: by the allocator's own rules). */
-struct block *heap_take_past_mark(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
-                                  const struct fit_rules *rules, tide_status *status);
 struct block *heap_take_fit_by(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
                                const struct fit_rules *rules, tide_status *status);
+/* Under h->lock: past the high-water mark, any FREE block that holds rounded bytes, in a segment a small
+ * block pins already where the request would pin another (rules: the allocator's, for the share bound). */
+struct block *heap_take_past_mark(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
+                                  const struct fit_rules *rules, tide_status *status);
 /* Under h->lock: seg (freshly reserved, or back after a refused release) joins the heap as one FREE
  * block, b (a struct with no neighbours: from block_new, or the one seg kept while it was away). */
 void heap_adopt_free(struct heap *h, struct segment *seg, struct block *b);
