@@ -109,6 +109,39 @@ static tide_status release_oldest(tide_allocator *t, size_t want,
     return first_error;
 }
 
+/* The idle large-pool segment a trim for `want` bytes gives back first: the smallest one that covers
+ * it, else the oldest; NULL if none. */
+static struct segment *trim_pick(tide_allocator *t, size_t want, struct heap **owner)
+{
+    struct segment *best = NULL, *oldest = NULL;
+    struct heap *best_owner = NULL, *oldest_owner = NULL;
+    uint64_t oldest_since = 0; /* read under its heap's lock: another heap's thread may idle it again */
+    size_t best_size = SIZE_MAX;
+    for (uint32_t i = 0; i < heap_count(t); i++) {
+        struct heap *h = t->heaps[i];
+        if (h->keeps_memory)
+            continue;
+        heap_lock_and_settle(h);
+        for (struct segment *seg = h->idle_head; seg; seg = seg->idle_next) {
+            if (seg->pool == POOL_SMALL)
+                continue;
+            if (!oldest || seg->idle_since < oldest_since) {
+                oldest = seg;
+                oldest_owner = h;
+                oldest_since = seg->idle_since;
+            }
+            if (seg->size >= want && seg->size < best_size) {
+                best_owner = h;
+                best = seg;
+                best_size = seg->size;
+            }
+        }
+        heap_unlock(h);
+    }
+    *owner = best ? best_owner : oldest_owner;
+    return best ? best : oldest;
+}
+
 /* To stay under the high-water mark: `want` bytes of idle large-pool segments given back, as few bytes
  * past it as possible. The smallest idle segment that covers what is left goes, where one does; else
  * the one idle longest, until one does. Oldest first alone gave back whatever segment had idled
@@ -126,35 +159,7 @@ static void release_for_high_water(tide_allocator *t, size_t want)
     size_t done = 0;
     while (done < want) {
         struct heap *owner = NULL;
-        struct segment *best = NULL, *oldest = NULL;
-        struct heap *oldest_owner = NULL;
-        uint64_t oldest_since = 0; /* read under its heap's lock: another heap's thread may idle it again */
-        size_t best_size = SIZE_MAX;
-        for (uint32_t i = 0; i < heap_count(t); i++) {
-            struct heap *h = t->heaps[i];
-            if (h->keeps_memory)
-                continue;
-            heap_lock_and_settle(h);
-            for (struct segment *seg = h->idle_head; seg; seg = seg->idle_next) {
-                if (seg->pool == POOL_SMALL)
-                    continue;
-                if (!oldest || seg->idle_since < oldest_since) {
-                    oldest = seg;
-                    oldest_owner = h;
-                    oldest_since = seg->idle_since;
-                }
-                if (seg->size >= want - done && seg->size < best_size) {
-                    owner = h;
-                    best = seg;
-                    best_size = seg->size;
-                }
-            }
-            heap_unlock(h);
-        }
-        if (!best) {
-            owner = oldest_owner;
-            best = oldest;
-        }
+        struct segment *best = trim_pick(t, want - done, &owner);
         if (!best)
             return;
         /* Segments are released only under the pressure lock, held here, so best is still a segment;
@@ -169,6 +174,85 @@ static void release_for_high_water(tide_allocator *t, size_t want)
             return; /* the backend is refusing: do not spin on it */
         done += got;
     }
+}
+
+/* ---- idle segments that change streams ------------------------------------------------------------- */
+
+/* A heap of the allocator's own memory, one stream's, whose idle segments may go back to the driver. */
+static bool lends_segments(const struct heap *h)
+{
+    return h->pool_id == 0 && !h->backend && !h->vm && !h->keeps_memory;
+}
+
+/* Waits until the work queued on stream so far is done. A block freed on a stream is reused on that
+ * stream at once, behind the work that used it; on another stream it must wait for that work. */
+static bool wait_for_stream(tide_allocator *t, tide_stream stream)
+{
+    const tide_backend *be = &t->backend;
+    void *fence;
+    if (be->fence_create(be->ctx, &fence) != TIDE_OK)
+        return false;
+    tide_status s = be->fence_record(be->ctx, fence, stream);
+    if (s == TIDE_OK) {
+        s = be->fence_query(be->ctx, fence);
+        if (s == TIDE_ENOTREADY && be->fence_wait)
+            s = be->fence_wait(be->ctx, fence);
+        while (s == TIDE_ENOTREADY)
+            s = be->fence_query(be->ctx, fence);
+    }
+    be->fence_destroy(be->ctx, fence);
+    return s == TIDE_OK;
+}
+
+/* Past the high-water mark a growth gives idle segments back to reserve one for its request. When the
+ * segment the trim would give back first lies in another stream's heap and holds the request, it moves
+ * to the request's heap instead: the other stream loses what the trim would have taken from it, and
+ * nothing is given back and reserved again (two driver calls fewer). A program whose side stream
+ * works now and then (a checkpoint's copies, a prefetch) otherwise trades segments with its main
+ * stream each time. Any other segment stays where it is: a large one moved for a small request is
+ * pinned on the side stream by the next long-lived block there, and its own stream reserves it anew.
+ * The move waits for the other stream's work so far, as giving the segment back would have (a
+ * driver's free waits for the whole device). NULL if no segment moves. */
+static struct block *take_idle_of_another_stream(tide_allocator *t, struct heap *to, size_t want, size_t rounded,
+                                                 size_t requested, tide_status *status)
+{
+    if (!lends_segments(to))
+        return NULL;
+    struct heap *owner = NULL;
+    struct segment *seg = trim_pick(t, want, &owner);
+    /* A segment whose rest would outweigh the request stays: see above. */
+    if (!seg || owner == to || !lends_segments(owner) || seg->asked_back || seg->size < rounded ||
+        seg->size - rounded > rounded)
+        return NULL;
+    heap_lock_and_settle(to);
+    struct block *first = block_new(to);
+    heap_unlock(to);
+    if (!first)
+        return NULL;
+    /* As in release_for_high_water: its heap's thread may have taken a block from it meanwhile. */
+    struct segment *list = NULL;
+    heap_lock_and_settle(owner);
+    if (seg->idle && atomic_load_explicit(&seg->heap, memory_order_relaxed) == owner)
+        heap_detach_idle_segment(owner, seg, &list);
+    heap_unlock(owner);
+    if (list && !wait_for_stream(t, owner->stream)) {
+        (void)release_segments(t, owner, list, NULL); /* as the trim would have */
+        list = NULL;
+    }
+    if (!list) {
+        heap_lock_and_settle(to);
+        block_recycle(to, first);
+        heap_unlock(to);
+        return NULL;
+    }
+    heap_lock_and_settle(owner);
+    heap_released(owner, seg); /* its block struct is the owner's */
+    heap_unlock(owner);
+    heap_lock_and_settle(to);
+    heap_adopt_free(to, seg, first);
+    struct block *b = heap_take_block(to, first, rounded, requested, status);
+    heap_unlock(to);
+    return b;
 }
 
 /* Releases every heap's idle segments, or only those tide_empty_cache asked back; adds the bytes
@@ -311,6 +395,16 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
         return expandable_grow(t, h, pool, rounded, requested, out);
     size_t sizes[2] = {segment_size_for(pool, rounded), round_up(rounded, TIDE_SEGMENT_GRANULE)};
     int nsizes = sizes[1] < sizes[0] ? 2 : 1;
+    if (pool == POOL_LARGE && t->conf.trim_on_growth && !atomic_load(&t->captures) &&
+        t->reserved + sizes[0] > t->high_water && !may_pass_mark(t, rounded, sizes[0])) {
+        tide_status s = TIDE_OK;
+        struct block *b = take_idle_of_another_stream(t, h, t->reserved + sizes[0] - t->high_water, rounded,
+                                                      requested, &s);
+        if (b || s != TIDE_OK) {
+            *out = b;
+            return s;
+        }
+    }
     /* The new segment's block struct, got before the device reserves anything: a segment the heap
      * could not take in would stay reserved and counted, in no heap. */
     heap_lock_and_settle(h);

@@ -4,6 +4,8 @@
  */
 #include "harness.h"
 
+#include <stdatomic.h>
+
 #define ALL TIDE_POOL_ALL
 
 static void checked(struct fixture *f) { CHECK_OK(tide_check(f->t)); }
@@ -424,6 +426,72 @@ static void test_small_blocks_past_the_mark_gather_in_one_large_segment(void)
     fixture_close(&f);
 }
 
+/* A kernel on a busy stream: it runs some time after its launch, then says it is done. */
+struct late_kernel {
+    uint8_t *ptr;
+    size_t size;
+    _Atomic int done;
+};
+
+static void late_kernel_run(void *arg)
+{
+    struct late_kernel *k = arg;
+    memset(k->ptr, 0xAB, k->size);
+    atomic_store(&k->done, 1);
+}
+
+/* Past the mark, the idle segment the trim would give back moves to the stream that needs it, if the
+ * request takes at least half of it: no driver call, and not before the other stream's work that used
+ * it is done. */
+static void test_idle_segment_moves_to_another_stream_past_the_mark(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream side;
+    CHECK_OK(tide_sim_stream_create(f.sim, &side));
+    void *a, *b, *p;
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &a));
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &b));
+    /* a kernel still to run on stream 0 uses a, which the program frees at once, as stream order lets it */
+    struct late_kernel k = {a, 30 * MIB, 0};
+    CHECK_OK(tide_sim_enqueue(f.sim, 0, 200 * 1000, late_kernel_run, &k));
+    CHECK_OK(tide_free(f.t, a));
+    CHECK_OK(tide_free(f.t, b));
+    CHECK_OK(tide_malloc(f.t, 20 * MIB, side, &p));
+    CHECK(atomic_load(&k.done) == 1); /* the move waited for stream 0's work */
+    CHECK(within(p, a, 30 * MIB) || within(p, b, 30 * MIB));
+    tide_stats st = stats_of(f.t);
+    CHECK(st.num_device_alloc == 2);
+    CHECK(st.num_device_free == 0);
+    CHECK(st.reserved_bytes[ALL].current == (int64_t)(60 * MIB));
+    checked(&f);
+    /* the segment is the side stream's now: freed there, it is that stream's cache */
+    CHECK_OK(tide_free(f.t, p));
+    void *again;
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, side, &again));
+    CHECK(within(again, p, 30 * MIB) || within(p, again, 30 * MIB));
+    CHECK(stats_of(f.t).num_device_alloc == 2);
+    CHECK_OK(tide_free(f.t, again));
+    checked(&f);
+    fixture_close(&f);
+
+    /* A request that would leave more of the segment free than it takes gets a segment of its own: the
+     * rest would stay on the side stream, pinned by whatever long-lived block comes there next. */
+    fixture_open(&f, 0, NULL);
+    CHECK_OK(tide_sim_stream_create(f.sim, &side));
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &a));
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &b));
+    CHECK_OK(tide_free(f.t, a));
+    CHECK_OK(tide_free(f.t, b));
+    CHECK_OK(tide_malloc(f.t, 12 * MIB, side, &p));
+    st = stats_of(f.t);
+    CHECK(st.num_device_alloc == 3); /* the trim gave one of stream 0's back and reserved 12 MiB */
+    CHECK(st.num_device_free == 1);
+    CHECK_OK(tide_free(f.t, p));
+    checked(&f);
+    fixture_close(&f);
+}
+
 /* A request of 1 to 10 MiB gets a segment of as many such requests as fit in 20 MiB, rounded up to the
  * 2 MiB granule: no tail that only smaller requests could use. */
 static void test_mid_size_segments_hold_whole_requests(void)
@@ -470,5 +538,6 @@ int main(void)
     RUN(test_mid_size_segments_hold_whole_requests);
     RUN(test_a_large_segment_is_not_pinned_by_small_requests);
     RUN(test_small_blocks_past_the_mark_gather_in_one_large_segment);
+    RUN(test_idle_segment_moves_to_another_stream_past_the_mark);
     return HARNESS_EXIT();
 }
