@@ -25,8 +25,8 @@ Targets (each checked per trace, "x" in the table where missed):
   writes it), by however much the last tenth's live peak is above the warm-up's;
   no out-of-memory under the limits;
   driver calls after the warm-up, refills after the program's own empty_cache apart (its releases,
-  and then reservations up to as many bytes as it released): at most 1 per 100 steps, and none in
-  the last half;
+  and reservations up to as many bytes as the program's empty_cache calls gave back, where no
+  release of the allocator's own came since): at most 1 per 100 steps, and none in the last half;
   max_split_size_mb: peak reserved at most 1.05 x the same two passes without it;
   no run away: a second pass over the trace peaks at most 1% above the first (with and without
   max_split_size_mb).
@@ -126,17 +126,19 @@ def call_figures(calls, steps, mode, nops_per_pass, empties):
     nsteps, warm = len(begins), steps["warmup_steps"]
     warm_end = begins[warm] if warm < nsteps else nops_per_pass
     # Refills: the program's own empty_cache gives memory back, and the program reserves it again when
-    # it needs it, perhaps over many steps (shapes that come back later). The releases of the
-    # empty_cache itself, and after it the reservations up to as many bytes as it released, are
-    # counted apart; every other call counts, a trim's release in between too.
+    # it needs it, perhaps many steps later, after other empty_cache calls (an RL loop empties its
+    # cache after each rollout and after each training phase, and each phase takes back what the one
+    # before its last emptying gave back). The empty_cache's releases, and reservations up to as many
+    # bytes as the program's empty_cache calls have given back and not yet had again, are counted
+    # apart. A release of the allocator's own counts, and so do the reservations that take back as
+    # many bytes after it: memory a trim gave back is the allocator's doing, not a refill.
     empty_at = set(empties)
-    refill_budget = 0
+    refill_budget = own_released = 0
     after = last_half = refills = 0
     half_op = begins[nsteps // 2]
     reserved, level_at_warm_end, largest = 0, None, 0
     tenth_op = begins[nsteps - max(1, nsteps // 10)]
     peak_last_tenth = 0
-    last_empty = None
     for op, delta in calls:
         if op >= nops_per_pass:
             break  # the leftovers' frees and the final empty_cache
@@ -148,17 +150,21 @@ def call_figures(calls, steps, mode, nops_per_pass, empties):
         if op >= tenth_op:
             peak_last_tenth = max(peak_last_tenth, reserved)
         if op in empty_at and delta < 0:
-            if op != last_empty:
-                last_empty, refill_budget = op, 0
             refill_budget -= delta
             if op >= warm_end:
                 refills += 1
             continue
-        if delta > 0 and refill_budget > 0:
-            refill_budget = max(0, refill_budget - delta)
-            if op >= warm_end:
-                refills += 1
-            continue
+        if delta < 0:
+            own_released -= delta
+        else:
+            taken_back = min(own_released, delta)
+            own_released -= taken_back
+            refill = taken_back == 0 and refill_budget > 0
+            refill_budget = max(0, refill_budget - (delta - taken_back))
+            if refill:
+                if op >= warm_end:
+                    refills += 1
+                continue
         if op < warm_end:
             continue
         after += 1

@@ -1,7 +1,8 @@
 """bench/fragmentation.py's flatness, live memory being equal: reserved memory that rises after the
 warm-up only as far as the live peak rose is flat; more than that, or a rise with live memory flat, is
 not; a steps JSON without each step's live peak keeps the plain rule. The calls after the warm-up
-leave out the program's own empty_cache releases and the reservations that take back as many bytes.
+leave out the program's own empty_cache releases and the reservations that take back as many bytes,
+after later empty_cache calls too, but not those that take back a trim's.
 And bench/workloads' Recorder writes each step's live peak, the first step counting what was made
 before it."""
 import json
@@ -56,6 +57,14 @@ check(counted(emptied + [(130, 50 * MiB), (150, 50 * MiB), (180, 30 * MiB)], [10
       "a reservation past what was given back is counted")
 check(counted(emptied + [(130, 50 * MiB), (140, -20 * MiB), (150, 50 * MiB), (160, 20 * MiB)], [100]) == (2, 4),
       "a release between the refills is counted, and gives the empty_cache's bytes no second use")
+# Memory an earlier empty_cache gave back, reserved again after a later one: a loop that empties its
+# cache after each of two phases, each phase taking back what it had before its last emptying.
+phases = emptied + [(110, 30 * MiB), (120, -30 * MiB), (150, 50 * MiB), (160, 50 * MiB)]
+got = counted(phases, [100, 120])
+check(got == (0, 6), "what the first empty_cache gave back, reserved again after the second: refills (%r)" % (got,))
+got = counted(emptied + [(130, 50 * MiB), (140, -50 * MiB), (150, 50 * MiB)], [100])
+check(got == (2, 3), "a trim's release and the reservation that takes its bytes back both count, the "
+      "empty_cache's bytes left over or not (%r)" % (got,))
 check(counted(emptied + [(130, 50 * MiB)], []) == (3, 0),
       "without the program's empty_cache every call after the warm-up counts")
 
