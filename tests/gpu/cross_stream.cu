@@ -9,6 +9,16 @@
 //   cross_stream --without-record-stream [rounds] the same without tide_record_stream: the test must
 //                                                 see corruption (exit 0 if it did), which shows it can
 //
+// A segment that moves between streams (past the high-water mark, an idle segment of another stream's
+// heap serves the request rather than go back to the driver): each round a long kernel on stream A
+// writes and checks a block, the host frees it (a free on its own stream: at once), and a request on
+// stream B that the trim would have paid for with that segment takes it over and writes it on B. The
+// move must wait for A's kernel.
+//   cross_stream --moved-segment [rounds]         A's data must be intact in every round, the segment
+//                                                 moved in every round, no reservation after the first
+//   cross_stream --moved-segment-unguarded [rounds]  B writes the freed block at once, with no
+//                                                 allocator between: the test must see corruption
+//
 // Exit 77 (skipped) where there is no GPU.
 #include <cuda_runtime.h>
 
@@ -56,13 +66,82 @@ __global__ void overwrite(unsigned *buf, size_t n, unsigned value)
         buf[i] = value;
 }
 
+// The moved-segment rounds (see the top): 0 if A's data was intact in every round (guarded) or changed
+// in some round (unguarded).
+static int moved_segment(tide_allocator *t, cudaStream_t a, cudaStream_t b, unsigned long long *changed,
+                         int rounds, bool guarded)
+{
+    const size_t seg_bytes = 30u << 20, n = seg_bytes / sizeof(unsigned), b_bytes = 20u << 20;
+    const long long cycles = 2000000; // about 1 ms at 2 GHz
+    void *x, *y;
+    // One 30 MiB segment, idle on A: the high-water mark is at 30 MiB.
+    TIDE_OK_OR_DIE(tide_malloc(t, seg_bytes, (tide_stream)a, &x));
+    TIDE_OK_OR_DIE(tide_free(t, x));
+    int corrupted_rounds = 0, moved_rounds = 0;
+    unsigned long long total_changed = 0;
+    tide_stats before;
+    before.struct_size = sizeof before;
+    TIDE_OK_OR_DIE(tide_get_stats(t, &before));
+    for (int r = 0; r < rounds; r++) {
+        CUDA_OK(cudaMemset(changed, 0, sizeof *changed));
+        CUDA_OK(cudaDeviceSynchronize());
+        TIDE_OK_OR_DIE(tide_malloc(t, seg_bytes, (tide_stream)a, &x)); // from A's cache, or back from B
+        hold_and_check<<<132, 256, 0, a>>>((unsigned *)x, n, 0xA5A5A5A5u + r, cycles, changed);
+        CUDA_OK(cudaGetLastError());
+        TIDE_OK_OR_DIE(tide_free(t, x));
+        if (guarded) {
+            TIDE_OK_OR_DIE(tide_malloc(t, b_bytes, (tide_stream)b, &y));
+            moved_rounds += y == x;
+        } else {
+            y = x;
+        }
+        overwrite<<<132, 256, 0, b>>>((unsigned *)y, b_bytes / sizeof(unsigned), 0x5A5A5A5Au);
+        CUDA_OK(cudaGetLastError());
+        CUDA_OK(cudaDeviceSynchronize());
+        unsigned long long host_changed = 0;
+        CUDA_OK(cudaMemcpy(&host_changed, changed, sizeof host_changed, cudaMemcpyDeviceToHost));
+        corrupted_rounds += host_changed != 0;
+        total_changed += host_changed;
+        if (guarded)
+            TIDE_OK_OR_DIE(tide_free(t, y));
+    }
+    tide_stats after;
+    after.struct_size = sizeof after;
+    TIDE_OK_OR_DIE(tide_get_stats(t, &after));
+    TIDE_OK_OR_DIE(tide_check(t));
+    unsigned long long reserved = after.num_device_alloc - before.num_device_alloc;
+    printf("%s: %d rounds, the segment moved to stream B in %d, %llu reservations, A's data changed "
+           "under its kernel in %d (%llu words)\n",
+           guarded ? "moved segment" : "moved segment, unguarded", rounds, moved_rounds, reserved,
+           corrupted_rounds, total_changed);
+    if (!guarded) {
+        if (!corrupted_rounds) {
+            printf("FAILED: B's write at once was not seen under A's kernel: the test cannot fail\n");
+            return 1;
+        }
+        printf("PASSED (negative control): corruption seen in %d of %d rounds\n", corrupted_rounds, rounds);
+        return 0;
+    }
+    if (corrupted_rounds || moved_rounds != rounds || reserved != 0) {
+        printf("FAILED\n");
+        return 1;
+    }
+    printf("PASSED: the segment moved in every round, A's data intact in every round\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     bool record = true;
+    int moved = 0; // 1: --moved-segment, 2: --moved-segment-unguarded
     int rounds = 200;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--without-record-stream"))
             record = false;
+        else if (!strcmp(argv[i], "--moved-segment"))
+            moved = 1;
+        else if (!strcmp(argv[i], "--moved-segment-unguarded"))
+            moved = 2;
         else
             rounds = atoi(argv[i]);
     }
@@ -81,6 +160,16 @@ int main(int argc, char **argv)
     CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
     unsigned long long *changed;
     CUDA_OK(cudaMalloc(&changed, sizeof *changed));
+    if (moved) {
+        int rc = moved_segment(t, a, b, changed, rounds, moved == 1);
+        tide_release_report rep;
+        TIDE_OK_OR_DIE(tide_empty_cache(t, &rep));
+        CUDA_OK(cudaFree(changed));
+        CUDA_OK(cudaStreamDestroy(a));
+        CUDA_OK(cudaStreamDestroy(b));
+        TIDE_OK_OR_DIE(tide_destroy(t));
+        return rc;
+    }
 
     const size_t bytes = 4u << 20, n = bytes / sizeof(unsigned);
     const long long cycles = 400000; // about 0.2 ms at 2 GHz
