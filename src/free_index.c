@@ -94,6 +94,8 @@ void free_index_remove(struct free_index *fi, struct block *b)
  *   large requests, and a segment reserved for a request just below the size, which its granules took
  *   above it, still serves that request.
  * Both rules are soft: pressure.c lifts them where keeping to them would raise the program's peak. */
+const struct fit_rules fit_any = {.lifted = true};
+
 size_t fit_serves_from(const struct fit_rules *r, size_t made_for)
 {
     size_t share = made_for >> r->share_shift;

@@ -290,9 +290,8 @@ struct block *heap_take_fit_by(struct heap *h, enum pool_kind pool, size_t round
 struct block *heap_take_past_mark(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
                                   const struct fit_rules *rules, tide_status *status)
 {
-    static const struct fit_rules any_fit = {.lifted = true};
     struct free_index *fi = heap_free_index(h, pool);
-    struct block *b = free_index_find(fi, rounded, &any_fit);
+    struct block *b = free_index_find(fi, rounded, &fit_any);
     if (!b)
         return NULL;
     /* Small by the share rule alone: a block below max_split_size_mb's bound but above the share

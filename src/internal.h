@@ -60,6 +60,9 @@ void free_index_remove(struct free_index *fi, struct block *b);
  * serve the request (rules). */
 struct block *free_index_find(const struct free_index *fi, size_t size, const struct fit_rules *rules);
 size_t fit_serves_from(const struct fit_rules *r, size_t made_for);
+/* The rules lifted: any FREE block that holds the request serves it, whatever its segment (pressure.c,
+ * heap_take_past_mark). */
+extern const struct fit_rules fit_any;
 bool free_index_contains(const struct free_index *fi, const struct block *b);
 /* For tide_check: the blocks on the index's lists (counting stops past limit, so a list made circular
  * by corruption still ends), and whether each class's bits say truly whether its list holds any. Not

@@ -374,10 +374,9 @@ size_t drain_after_synchronize(tide_allocator *t, uint64_t seq, tide_status sync
 
 /* ---- growing --------------------------------------------------------------------------------------- */
 
-/* Under pressure any cached block that fits serves, whatever segment it lies in: a block the fit rules
- * keep for larger requests (free_index.c) is better used than memory given back or out of memory. */
-static const struct fit_rules any_fit = {.lifted = true};
-
+/* Under pressure any cached block that fits serves, whatever segment it lies in (fit_any): a block the
+ * fit rules keep for larger requests (free_index.c) is better used than memory given back or out of
+ * memory. */
 static struct block *retry_fit(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,
                                const struct fit_rules *rules, tide_status *status)
 {
@@ -499,7 +498,7 @@ static tide_status climb_ladder(tide_allocator *t, struct heap *h, enum pool_kin
     /* 1: drain what the device has finished with */
     poll_all(t);
     tide_status s = TIDE_OK;
-    *b = retry_fit(h, pool, rounded, requested, &any_fit, &s);
+    *b = retry_fit(h, pool, rounded, requested, &fit_any, &s);
     if (!*b && s == TIDE_OK)
         s = grow(t, h, pool, rounded, requested, b);
     /* 2: give back every wholly free segment (and, expandable, every free page) */
@@ -519,7 +518,7 @@ static tide_status climb_ladder(tide_allocator *t, struct heap *h, enum pool_kin
         if (!atomic_load(&t->captures))
             release_all_cached(t, NULL);
         s = TIDE_OK;
-        *b = retry_fit(h, pool, rounded, requested, &any_fit, &s);
+        *b = retry_fit(h, pool, rounded, requested, &fit_any, &s);
         if (!*b && s == TIDE_OK)
             s = grow(t, h, pool, rounded, requested, b);
     }
@@ -582,7 +581,7 @@ tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind po
      * is given back (and during a capture, where nothing can be). */
     if (!b && s == TIDE_ENOMEM) {
         s = TIDE_OK;
-        b = retry_fit(h, pool, rounded, requested, &any_fit, &s);
+        b = retry_fit(h, pool, rounded, requested, &fit_any, &s);
         if (!b && s == TIDE_OK)
             s = TIDE_ENOMEM;
     }
