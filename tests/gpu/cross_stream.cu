@@ -66,6 +66,61 @@ __global__ void overwrite(unsigned *buf, size_t n, unsigned value)
         buf[i] = value;
 }
 
+// The rounds described at the top: 0 if B's data was intact in every round (record) or changed in some
+// round (without the recorded use).
+static int record_stream_rounds(tide_allocator *t, cudaStream_t a, cudaStream_t b, unsigned long long *changed,
+                                int rounds, bool record)
+{
+    const size_t bytes = 4u << 20, n = bytes / sizeof(unsigned);
+    const long long cycles = 400000; // about 0.2 ms at 2 GHz
+    int corrupted_rounds = 0, reused_rounds = 0;
+    unsigned long long total_changed = 0;
+    for (int r = 0; r < rounds; r++) {
+        CUDA_OK(cudaMemset(changed, 0, sizeof *changed));
+        CUDA_OK(cudaDeviceSynchronize());
+        void *x, *y;
+        TIDE_OK_OR_DIE(tide_malloc(t, bytes, (tide_stream)a, &x));
+        hold_and_check<<<132, 256, 0, b>>>((unsigned *)x, n, 0xA5A5A5A5u + r, cycles, changed);
+        CUDA_OK(cudaGetLastError());
+        if (record)
+            TIDE_OK_OR_DIE(tide_record_stream(t, x, (tide_stream)b));
+        TIDE_OK_OR_DIE(tide_free(t, x));
+        TIDE_OK_OR_DIE(tide_malloc(t, bytes, (tide_stream)a, &y));
+        overwrite<<<132, 256, 0, a>>>((unsigned *)y, n, 0x5A5A5A5Au);
+        CUDA_OK(cudaGetLastError());
+        CUDA_OK(cudaDeviceSynchronize());
+        unsigned long long host_changed = 0;
+        CUDA_OK(cudaMemcpy(&host_changed, changed, sizeof host_changed, cudaMemcpyDeviceToHost));
+        reused_rounds += (x == y);
+        corrupted_rounds += host_changed != 0;
+        total_changed += host_changed;
+        TIDE_OK_OR_DIE(tide_free(t, y));
+    }
+    tide_stats s;
+    s.struct_size = sizeof s;
+    TIDE_OK_OR_DIE(tide_get_stats(t, &s));
+    TIDE_OK_OR_DIE(tide_check(t));
+    printf("%s: %d rounds, %d with the block reused at once, %d with B's data changed under it "
+           "(%llu words); %llu pending frees drained\n",
+           record ? "with tide_record_stream" : "without tide_record_stream", rounds, reused_rounds,
+           corrupted_rounds, total_changed, (unsigned long long)s.num_pending_drained);
+    if (record) {
+        if (corrupted_rounds) {
+            printf("FAILED: use-after-free detected in %d rounds\n", corrupted_rounds);
+            return 1;
+        }
+        printf("PASSED: B's data intact in every round\n");
+        return 0;
+    }
+    if (!corrupted_rounds) {
+        printf("FAILED: without the recorded use the test saw no corruption: it cannot fail\n");
+        return 1;
+    }
+    printf("PASSED (negative control): corruption seen in %d of %d rounds without the recorded use\n",
+           corrupted_rounds, rounds);
+    return 0;
+}
+
 // The moved-segment rounds (see the top): 0 if A's data was intact in every round (guarded) or changed
 // in some round (unguarded).
 static int moved_segment(tide_allocator *t, cudaStream_t a, cudaStream_t b, unsigned long long *changed,
@@ -160,69 +215,13 @@ int main(int argc, char **argv)
     CUDA_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
     unsigned long long *changed;
     CUDA_OK(cudaMalloc(&changed, sizeof *changed));
-    if (moved) {
-        int rc = moved_segment(t, a, b, changed, rounds, moved == 1);
-        tide_release_report rep;
-        TIDE_OK_OR_DIE(tide_empty_cache(t, &rep));
-        CUDA_OK(cudaFree(changed));
-        CUDA_OK(cudaStreamDestroy(a));
-        CUDA_OK(cudaStreamDestroy(b));
-        TIDE_OK_OR_DIE(tide_destroy(t));
-        return rc;
-    }
-
-    const size_t bytes = 4u << 20, n = bytes / sizeof(unsigned);
-    const long long cycles = 400000; // about 0.2 ms at 2 GHz
-    int corrupted_rounds = 0, reused_rounds = 0;
-    unsigned long long total_changed = 0;
-    for (int r = 0; r < rounds; r++) {
-        CUDA_OK(cudaMemset(changed, 0, sizeof *changed));
-        CUDA_OK(cudaDeviceSynchronize());
-        void *x, *y;
-        TIDE_OK_OR_DIE(tide_malloc(t, bytes, (tide_stream)a, &x));
-        hold_and_check<<<132, 256, 0, b>>>((unsigned *)x, n, 0xA5A5A5A5u + r, cycles, changed);
-        CUDA_OK(cudaGetLastError());
-        if (record)
-            TIDE_OK_OR_DIE(tide_record_stream(t, x, (tide_stream)b));
-        TIDE_OK_OR_DIE(tide_free(t, x));
-        TIDE_OK_OR_DIE(tide_malloc(t, bytes, (tide_stream)a, &y));
-        overwrite<<<132, 256, 0, a>>>((unsigned *)y, n, 0x5A5A5A5Au);
-        CUDA_OK(cudaGetLastError());
-        CUDA_OK(cudaDeviceSynchronize());
-        unsigned long long host_changed = 0;
-        CUDA_OK(cudaMemcpy(&host_changed, changed, sizeof host_changed, cudaMemcpyDeviceToHost));
-        reused_rounds += (x == y);
-        corrupted_rounds += host_changed != 0;
-        total_changed += host_changed;
-        TIDE_OK_OR_DIE(tide_free(t, y));
-    }
-    tide_stats s;
-    s.struct_size = sizeof s;
-    TIDE_OK_OR_DIE(tide_get_stats(t, &s));
-    TIDE_OK_OR_DIE(tide_check(t));
-    printf("%s: %d rounds, %d with the block reused at once, %d with B's data changed under it "
-           "(%llu words); %llu pending frees drained\n",
-           record ? "with tide_record_stream" : "without tide_record_stream", rounds, reused_rounds,
-           corrupted_rounds, total_changed, (unsigned long long)s.num_pending_drained);
+    int rc = moved ? moved_segment(t, a, b, changed, rounds, moved == 1)
+                   : record_stream_rounds(t, a, b, changed, rounds, record);
     tide_release_report rep;
     TIDE_OK_OR_DIE(tide_empty_cache(t, &rep));
     CUDA_OK(cudaFree(changed));
     CUDA_OK(cudaStreamDestroy(a));
     CUDA_OK(cudaStreamDestroy(b));
     TIDE_OK_OR_DIE(tide_destroy(t));
-    if (record) {
-        if (corrupted_rounds) {
-            printf("FAILED: use-after-free detected in %d rounds\n", corrupted_rounds);
-            return 1;
-        }
-        printf("PASSED: B's data intact in every round\n");
-        return 0;
-    }
-    if (!corrupted_rounds) {
-        printf("FAILED: without the recorded use the test saw no corruption: it cannot fail\n");
-        return 1;
-    }
-    printf("PASSED (negative control): corruption seen in %d of %d rounds without the recorded use\n",
-           corrupted_rounds, rounds);
-    return 0;
+    return rc;
 }
