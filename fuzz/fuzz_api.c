@@ -125,7 +125,8 @@ struct block {
     uint8_t tag;
     tide_stream stream;    /* the stream it was allocated on */
     bool live;             /* allocated and not yet freed */
-    bool in_pool;          /* allocated in the world's private pool */
+    tide_pool_id pool;     /* the world's private pool it was allocated in, 0 if none: a pool released
+                              and made again is another pool, and its blocks are not this one's */
     bool in_sleepy;        /* allocated in the world's sleepable pool */
     bool lost;             /* in_sleepy: a sleep discarded its contents (written again at the wake) */
     int host_refs;         /* references the program holds (retain without release yet) */
@@ -182,6 +183,9 @@ static size_t fuzzed_size(struct world *w)
 
 /* Whether the block's memory is there to read and write: not while its pool sleeps. */
 static bool touchable(const struct world *w, const struct block *b) { return !(b->in_sleepy && w->asleep); }
+
+/* Was the block allocated in the world's private pool as it is now (not in one released before)? */
+static bool in_current_pool(const struct world *w, const struct block *b) { return b->pool && b->pool == w->pool; }
 
 /* Is device use of the block possibly still going on? */
 static bool in_use_by_device(const struct world *w, const struct block *b)
@@ -324,7 +328,7 @@ static void malloc_in(struct world *w, tide_pool_id pool)
         die("tide_malloc failed unexpectedly", tide_last_error());
     if ((uintptr_t)p % 512)
         die("tide_malloc returned a block not aligned to 512 bytes", NULL);
-    struct block nb = {.p = p, .size = size, .stream = stream, .live = true, .in_pool = pool != 0 && pool == w->pool,
+    struct block nb = {.p = p, .size = size, .stream = stream, .live = true, .pool = pool != 0 && pool == w->pool ? pool : 0,
                        .in_sleepy = pool != 0 && pool == w->sleepy};
     /* The malloc may have waited for the device (the out-of-memory ladder synchronizes), so whether a
      * freed block is still in use is asked again now. A kernel marks itself done before its fence can
@@ -719,12 +723,12 @@ static void after_restore(struct world *w, tide_status s, const tide_pool_block 
         if (!same_block(&now[i], &cp[i]))
             die("tide_pool_restore left the pool's blocks unlike the checkpoint", NULL);
     for (int i = 0; i < w->nblocks; i++)
-        if (w->blocks[i].in_pool)
+        if (in_current_pool(w, &w->blocks[i]))
             w->blocks[i].live = false; /* the restore freed every block the pool had */
     retire_blocks(w);
     for (size_t i = 0; i < n; i++) {
         struct block nb = {.p = (uint8_t *)now[i].ptr, .size = now[i].requested, .stream = now[i].stream,
-                           .live = true, .in_pool = true};
+                           .live = true, .pool = w->pool};
         check_no_overlap(w, &nb);
         track(w, nb, (unsigned)stream_index(w, nb.stream));
     }
@@ -812,7 +816,7 @@ static void op_forged_restore(struct world *w)
         return;
     }
     for (int i = 0; i < w->nblocks; i++)
-        if (w->blocks[i].in_pool && w->blocks[i].host_refs > 0)
+        if (in_current_pool(w, &w->blocks[i]) && w->blocks[i].host_refs > 0)
             return; /* memory the program holds a reference to: TIDE_EBUSY, by design */
     open_all_gates(w); /* an accepted restore may wait for the device */
     for (int attempt = 0; attempt < 8; attempt++) {
@@ -919,7 +923,7 @@ static void op_pool(struct world *w, unsigned what)
             break;
         }
         for (int i = 0; i < w->nblocks; i++)
-            if (w->blocks[i].in_pool && w->blocks[i].host_refs > 0)
+            if (in_current_pool(w, &w->blocks[i]) && w->blocks[i].host_refs > 0)
                 return; /* memory the program holds a reference to: TIDE_EBUSY, by design */
         open_all_gates(w); /* the restore may wait for the device */
         tide_sim_counters before, after;
