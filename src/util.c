@@ -17,15 +17,12 @@
  * free a stack canary (see TIDE_NO_CANARY in types.h). */
 __attribute__((noinline)) uint64_t idle_clock(void)
 {
-    /* Orders idle segments by age across heaps. A coarse clock is cheap and shares nothing between
-     * threads (a counter would bounce one cache line among them); ties only blur "oldest first". */
-#ifdef CLOCK_MONOTONIC_COARSE
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-#else
+    /* Orders idle segments by age across heaps, and shares nothing between threads (a counter would
+     * bounce one cache line among them). A fine clock, not a coarse one: segments idled within one
+     * coarse tick (a few milliseconds) tied, and which heap's went back first then hung on the
+     * machine's load, so one program's replay made different driver calls from run to run (the
+     * suite's vision trace: 199 calls, or 607 in one run of six side by side). */
     return now_ns();
-#endif
 }
 
 uint64_t now_ns(void)

@@ -411,6 +411,34 @@ static void test_trim_to_a_target(void)
     fixture_close(&f);
 }
 
+/* A trim gives back the segment idle longest, whichever stream's it is. The two segments here go idle
+ * well within a millisecond of each other: a coarse clock stamped them alike, and which went back then
+ * hung on the order of the streams' heaps (here the later one, stream b's). */
+static void test_trim_gives_back_the_segment_idle_longest_across_streams(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream b;
+    CHECK_OK(tide_sim_stream_create(f.sim, &b));
+    void *on0, *onb;
+    CHECK_OK(tide_malloc(f.t, 16 * MIB, 0, &on0)); /* stream 0's heap is the first */
+    CHECK_OK(tide_malloc(f.t, 16 * MIB, b, &onb));
+    CHECK_OK(tide_free(f.t, on0)); /* idle first */
+    CHECK_OK(tide_free(f.t, onb));
+    tide_release_report r;
+    CHECK_OK(tide_trim(f.t, 16 * MIB, &r));
+    CHECK(r.released_segments == 1);
+    uint64_t reserves = stats_of(f.t).num_device_alloc;
+    CHECK_OK(tide_malloc(f.t, 16 * MIB, b, &onb)); /* stream b's segment stayed */
+    CHECK(stats_of(f.t).num_device_alloc == reserves);
+    CHECK_OK(tide_malloc(f.t, 16 * MIB, 0, &on0)); /* stream 0's went back */
+    CHECK(stats_of(f.t).num_device_alloc == reserves + 1);
+    CHECK_OK(tide_free(f.t, on0));
+    CHECK_OK(tide_free(f.t, onb));
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
 static void test_lowering_the_limit_releases_cache(void)
 {
     struct fixture f;
@@ -468,6 +496,7 @@ int main(void)
     RUN(test_high_water_gives_back_the_smallest_segment_that_covers);
     RUN(test_high_water_does_not_churn);
     RUN(test_trim_to_a_target);
+    RUN(test_trim_gives_back_the_segment_idle_longest_across_streams);
     RUN(test_lowering_the_limit_releases_cache);
     RUN(test_oom_message_is_recognizable);
     return HARNESS_EXIT();
