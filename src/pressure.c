@@ -559,6 +559,42 @@ static void release_asked_back(tide_allocator *t)
     t->high_water = t->high_water - gone > t->reserved ? t->high_water - gone : t->reserved;
 }
 
+/* Under max_split_size_mb a request below the size keeps off the segments reserved for requests of the
+ * size or more while a segment of its own fits under the most ever reserved, so that those segments stay
+ * whole for the requests they were made for. That protection is worth the new segment only while a
+ * large request that then found none of them free could still grow under the mark. Once the room left
+ * is less than the largest such segment, a large request that misses raises the peak whatever this
+ * request does, and the small segments reserved meanwhile only add to it: graph training with
+ * variable-size batches reserved eight for its 10 and 20 MiB tensors, past the mark one of them took an
+ * idle 204 MiB segment all the same, and the next 204 MiB tensor reserved a ninth (2,078 MiB against
+ * 1,918 without the key). So the request takes a cached block under the share rule alone, but not from
+ * the last wholly free segment of its size or more: a large request still finds that one. */
+static struct block *take_below_max_split(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
+                                          size_t requested, tide_status *status)
+{
+    if (pool != POOL_LARGE || rounded >= t->fit.oversize_min || !t->largest_oversize ||
+        t->reserved + segment_size_for(pool, rounded) + t->largest_oversize <= t->high_water)
+        return NULL;
+    heap_lock_and_settle(h);
+    /* The best fit whatever the rules, kept only where the share rule allows it: a search under the share
+     * rule alone would add a term to the fast path's search, for a case where the best fit is a block of
+     * a large segment anyway. A segment asked back serves no such request. */
+    struct block *b = free_index_find(heap_free_index(h, pool), rounded, &fit_any);
+    if (b && (rounded < b->seg->size >> t->fit.share_shift || b->seg->serves_from == SIZE_MAX))
+        b = NULL;
+    if (b && b->seg->idle && b->seg->oversize) {
+        int wholly_free = 0; /* of its size or more, this one included: two are enough */
+        for (struct segment *seg = h->idle_head; seg && wholly_free < 2; seg = seg->idle_next)
+            wholly_free += seg->oversize && seg->size >= b->seg->size;
+        if (wholly_free < 2)
+            b = NULL;
+    }
+    if (b)
+        b = heap_take_block(h, b, rounded, requested, status);
+    heap_unlock(h);
+    return b;
+}
+
 tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
                             size_t requested, struct block **out)
 {
@@ -567,6 +603,8 @@ tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind po
     release_asked_back(t);
     /* Another thread may have freed memory on this stream since the fast path looked. */
     struct block *b = retry_fit(h, pool, rounded, requested, &t->fit, &s);
+    if (!b && s == TIDE_OK)
+        b = take_below_max_split(t, h, pool, rounded, requested, &s);
     /* The fit rules keep cached blocks for larger requests while a new segment for this one fits under
      * the most ever reserved; past it, a kept block serves rather than the program's peak rising, in a
      * segment a small block pins already where one has room (heap_take_past_mark). */

@@ -101,6 +101,8 @@ tide_status segment_reserve(tide_allocator *t, const tide_backend *from, enum po
     seg->pool = (uint8_t)pool;
     seg->backend = from;
     seg->oversize = size >= t->fit.oversize_min;
+    if (seg->oversize && size > t->largest_oversize)
+        t->largest_oversize = size;
     s = segment_map_add(&t->segmap, seg);
     if (s != TIDE_OK) {
         be->release(be->ctx, addr, size);

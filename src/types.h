@@ -393,6 +393,8 @@ struct tide_allocator {
     size_t reserved_peak;
     size_t high_water;                        /* reserved may not pass it while idle segments could be
                                                  released instead; see grow() in pressure.c */
+    size_t largest_oversize;                  /* the largest segment of max_split_size or more ever
+                                                 reserved (take_below_max_split, pressure.c) */
     size_t held_peak;                         /* the most the program has held (allocated and pending bytes,
                                                  and the request) when a growth passed high_water, since
                                                  the mark last restarted: see may_pass_mark in segment.c */

@@ -343,6 +343,46 @@ static void test_max_split_size_keeps_large_segments_for_large_requests(void)
     fixture_close(&f);
 }
 
+/* max_split_size_mb protects the segments of large requests from smaller ones only while a large request
+ * could still grow under the mark. Four idle 100 MiB segments and 40 MiB of room under the mark: under
+ * the rule alone, the 10 MiB requests took two segments of their own (the room), the next two split a
+ * 100 MiB segment past the mark all the same, and the four 100 MiB requests that followed reserved a
+ * fifth: 540 MiB. With less room than a 100 MiB segment, the small requests share one of the idle
+ * segments (never the last wholly free one: the test above keeps that), and the peak is 500 MiB. */
+static void test_max_split_size_gives_way_when_the_room_is_short(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, "max_split_size_mb:64");
+    void *large[4], *mid, *small[6];
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(tide_malloc(f.t, 100 * MIB, 0, &large[i]));
+    CHECK_OK(tide_malloc(f.t, 40 * MIB, 0, &mid));
+    CHECK_OK(tide_free(f.t, mid));
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(tide_free(f.t, large[i]));
+    CHECK_OK(tide_trim(f.t, 400 * MIB, NULL)); /* the 40 MiB segment goes, the mark stays at 440 */
+    CHECK(stats_of(f.t).reserved_bytes[ALL].current == (int64_t)(400 * MIB));
+    uintptr_t base0 = 0, base;
+    size_t size;
+    for (int i = 0; i < 6; i++) {
+        CHECK_OK(tide_malloc(f.t, 10 * MIB, 0, &small[i]));
+        CHECK_OK(tide_segment_of(f.t, small[i], &base, &size));
+        CHECK(size == 100 * MIB);
+        CHECK(i == 0 || base == base0); /* all in the one segment */
+        base0 = base;
+    }
+    CHECK(stats_of(f.t).reserved_bytes[ALL].current == (int64_t)(400 * MIB));
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(tide_malloc(f.t, 100 * MIB, 0, &large[i]));
+    CHECK(stats_of(f.t).reserved_bytes[ALL].peak == (int64_t)(500 * MIB));
+    for (int i = 0; i < 4; i++)
+        CHECK_OK(tide_free(f.t, large[i]));
+    for (int i = 0; i < 6; i++)
+        CHECK_OK(tide_free(f.t, small[i]));
+    checked(&f);
+    fixture_close(&f);
+}
+
 /* A segment reserved for a large tensor serves no request of less than 1/32 of it while the program is
  * below its peak: a small block would keep the whole segment reserved after the tensor is gone. At the
  * high-water mark the rule is lifted: a cached block serves rather than the peak rising. */
@@ -535,6 +575,7 @@ int main(void)
     RUN(test_pending_block_is_never_merged);
     RUN(test_failed_fence_owes_a_synchronize);
     RUN(test_max_split_size_keeps_large_segments_for_large_requests);
+    RUN(test_max_split_size_gives_way_when_the_room_is_short);
     RUN(test_mid_size_segments_hold_whole_requests);
     RUN(test_a_large_segment_is_not_pinned_by_small_requests);
     RUN(test_small_blocks_past_the_mark_gather_in_one_large_segment);
