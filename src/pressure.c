@@ -109,14 +109,18 @@ static tide_status release_oldest(tide_allocator *t, size_t want,
     return first_error;
 }
 
-/* The idle large-pool segment a trim for `want` bytes gives back first: the smallest one that covers
- * it, else the oldest; NULL if none. */
-static struct segment *trim_pick(tide_allocator *t, size_t want, struct heap **owner)
+/* The idle large-pool segment a trim for `want` bytes, made for a request on the heap `growing`, gives
+ * back first: the smallest one that covers it, else the oldest; NULL if none. The growing heap's own
+ * segments come first either way, then other heaps': each stream pays for its growth with what its
+ * own loop left idle. Taking first from whichever stream had the fitting segment made two streams
+ * trade segments: in vision training the loader's growth gave back the compute stream's idle 2 GiB
+ * workspace, whose next growth gave back the loader's batch buffers, each step (607 driver calls over
+ * the run, 199 with the streams' own first; bench/fragmentation.py). */
+static struct segment *trim_pick(tide_allocator *t, size_t want, struct heap *growing, struct heap **owner)
 {
     struct segment *best = NULL, *oldest = NULL;
     struct heap *best_owner = NULL, *oldest_owner = NULL;
     uint64_t oldest_since = 0; /* read under its heap's lock: another heap's thread may idle it again */
-    size_t best_size = SIZE_MAX;
     for (uint32_t i = 0; i < heap_count(t); i++) {
         struct heap *h = t->heaps[i];
         if (h->keeps_memory)
@@ -125,15 +129,17 @@ static struct segment *trim_pick(tide_allocator *t, size_t want, struct heap **o
         for (struct segment *seg = h->idle_head; seg; seg = seg->idle_next) {
             if (seg->pool == POOL_SMALL)
                 continue;
-            if (!oldest || seg->idle_since < oldest_since) {
+            bool own = h == growing;
+            if (!oldest || own > (oldest_owner == growing) ||
+                (own == (oldest_owner == growing) && seg->idle_since < oldest_since)) {
                 oldest = seg;
                 oldest_owner = h;
                 oldest_since = seg->idle_since;
             }
-            if (seg->size >= want && seg->size < best_size) {
+            if (seg->size >= want && (!best || own > (best_owner == growing) ||
+                                      (own == (best_owner == growing) && seg->size < best->size))) {
                 best_owner = h;
                 best = seg;
-                best_size = seg->size;
             }
         }
         heap_unlock(h);
@@ -154,12 +160,12 @@ static struct segment *trim_pick(tide_allocator *t, size_t want, struct heap **o
  * them again whenever its short shapes come back. Given back to pay for GPT-2's first large growths,
  * eleven of them were reserved again when its shortest sequence came round, in every recorded run
  * (bench/train.py --record; bench/calls_by_step.py). */
-static void release_for_high_water(tide_allocator *t, size_t want)
+static void release_for_high_water(tide_allocator *t, size_t want, struct heap *growing)
 {
     size_t done = 0;
     while (done < want) {
         struct heap *owner = NULL;
-        struct segment *best = trim_pick(t, want - done, &owner);
+        struct segment *best = trim_pick(t, want - done, growing, &owner);
         if (!best)
             return;
         /* Segments are released only under the pressure lock, held here, so best is still a segment;
@@ -219,7 +225,7 @@ static struct block *take_idle_of_another_stream(tide_allocator *t, struct heap 
     if (!lends_segments(to))
         return NULL;
     struct heap *owner = NULL;
-    struct segment *seg = trim_pick(t, want, &owner);
+    struct segment *seg = trim_pick(t, want, to, &owner);
     /* A segment whose rest would outweigh the request stays: see above. */
     if (!seg || owner == to || !lends_segments(owner) || seg->asked_back || seg->size < rounded ||
         seg->size - rounded > rounded)
@@ -425,7 +431,7 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
             if (pool == POOL_SMALL || may_pass_mark(t, rounded, size))
                 t->high_water = t->reserved + size;
             else
-                release_for_high_water(t, t->reserved + size - t->high_water);
+                release_for_high_water(t, t->reserved + size - t->high_water, h);
         }
         if (t->gc_threshold && !capturing && t->reserved + size > t->gc_threshold) {
             tide_release_report gc = {0};

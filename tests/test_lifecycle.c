@@ -480,6 +480,37 @@ static void late_kernel_run(void *arg)
     atomic_store(&k->done, 1);
 }
 
+/* Past the mark, a growth gives back its own stream's idle segment before another stream's, even a
+ * smaller one that would cover as well: taking the other stream's made two streams trade segments
+ * back and forth, each growth giving back what the other stream needed next. */
+static void test_a_growth_gives_back_its_own_streams_segment_first(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream b;
+    CHECK_OK(tide_sim_stream_create(f.sim, &b));
+    void *a36, *a16, *b40, *b48;
+    CHECK_OK(tide_malloc(f.t, 36 * MIB, 0, &a36));
+    CHECK_OK(tide_malloc(f.t, 16 * MIB, 0, &a16));
+    CHECK_OK(tide_malloc(f.t, 40 * MIB, b, &b40));
+    CHECK_OK(tide_free(f.t, a16));
+    CHECK_OK(tide_free(f.t, a36));
+    CHECK_OK(tide_free(f.t, b40));
+    CHECK_OK(tide_trim(f.t, 76 * MIB, NULL)); /* the 16 MiB segment, idle longest, goes; the mark stays */
+    CHECK(stats_of(f.t).reserved_bytes[ALL].current == (int64_t)(76 * MIB));
+    /* 48 MiB on b fits neither idle segment and passes the mark by 32 MiB: stream 0's 36 MiB segment
+     * would cover that and is the smaller, but b's own 40 MiB one goes */
+    CHECK_OK(tide_malloc(f.t, 48 * MIB, b, &b48));
+    CHECK(stats_of(f.t).reserved_bytes[ALL].current == (int64_t)(84 * MIB));
+    uint64_t reserves = stats_of(f.t).num_device_alloc;
+    CHECK_OK(tide_malloc(f.t, 36 * MIB, 0, &a36)); /* stream 0 finds its segment */
+    CHECK(stats_of(f.t).num_device_alloc == reserves);
+    CHECK_OK(tide_free(f.t, a36));
+    CHECK_OK(tide_free(f.t, b48));
+    checked(&f);
+    fixture_close(&f);
+}
+
 /* Past the mark, the idle segment the trim would give back moves to the stream that needs it, if the
  * request takes at least half of it: no driver call, and not before the other stream's work that used
  * it is done. */
@@ -579,6 +610,7 @@ int main(void)
     RUN(test_mid_size_segments_hold_whole_requests);
     RUN(test_a_large_segment_is_not_pinned_by_small_requests);
     RUN(test_small_blocks_past_the_mark_gather_in_one_large_segment);
+    RUN(test_a_growth_gives_back_its_own_streams_segment_first);
     RUN(test_idle_segment_moves_to_another_stream_past_the_mark);
     return HARNESS_EXIT();
 }
