@@ -296,7 +296,7 @@ struct block *heap_take_past_mark(struct heap *h, enum pool_kind pool, size_t ro
         return NULL;
     /* Small by the share rule alone: a block below max_split_size_mb's bound but above the share
      * pins nothing the share rule would keep free. */
-    bool pins = b->size != rounded && rounded < (b->seg->size >> rules->share_shift);
+    bool pins = b->size != rounded && fit_below_share(rules, b->seg, rounded);
     if (pins && !b->seg->harbours_small) {
         struct fit_rules harbours = *rules;
         harbours.lifted_in_harbours = true;

@@ -116,6 +116,11 @@ static tide_status release_oldest(tide_allocator *t, size_t want,
  * trade segments: in vision training the loader's growth gave back the compute stream's idle 2 GiB
  * workspace, whose next growth gave back the loader's batch buffers, each step (607 driver calls over
  * the run, 199 with the streams' own first; bench/fragmentation.py). */
+static bool picked_before(bool own, uint64_t key, bool other_own, uint64_t other_key)
+{
+    return own != other_own ? own : key < other_key;
+}
+
 static struct segment *trim_pick(tide_allocator *t, size_t want, struct heap *growing, struct heap **owner)
 {
     struct segment *best = NULL, *oldest = NULL;
@@ -130,14 +135,13 @@ static struct segment *trim_pick(tide_allocator *t, size_t want, struct heap *gr
             if (seg->pool == POOL_SMALL)
                 continue;
             bool own = h == growing;
-            if (!oldest || own > (oldest_owner == growing) ||
-                (own == (oldest_owner == growing) && seg->idle_since < oldest_since)) {
+            if (!oldest || picked_before(own, seg->idle_since, oldest_owner == growing, oldest_since)) {
                 oldest = seg;
                 oldest_owner = h;
                 oldest_since = seg->idle_since;
             }
-            if (seg->size >= want && (!best || own > (best_owner == growing) ||
-                                      (own == (best_owner == growing) && seg->size < best->size))) {
+            if (seg->size >= want &&
+                (!best || picked_before(own, seg->size, best_owner == growing, best->size))) {
                 best_owner = h;
                 best = seg;
             }
@@ -586,7 +590,7 @@ static struct block *take_below_max_split(tide_allocator *t, struct heap *h, enu
      * rule alone would add a term to the fast path's search, for a case where the best fit is a block of
      * a large segment anyway. A segment asked back serves no such request. */
     struct block *b = free_index_find(heap_free_index(h, pool), rounded, &fit_any);
-    if (b && (rounded < b->seg->size >> t->fit.share_shift || b->seg->serves_from == SIZE_MAX))
+    if (b && (fit_below_share(&t->fit, b->seg, rounded) || b->seg->serves_from == SIZE_MAX))
         b = NULL;
     if (b && b->seg->idle && b->seg->oversize) {
         int wholly_free = 0; /* of its size or more, this one included: two are enough */
