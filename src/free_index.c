@@ -96,6 +96,11 @@ void free_index_remove(struct free_index *fi, struct block *b)
  * Both rules are soft: pressure.c lifts them where keeping to them would raise the program's peak. */
 const struct fit_rules fit_any = {.lifted = true};
 
+bool fit_below_share(const struct fit_rules *r, const struct segment *seg, size_t size)
+{
+    return size < seg->size >> r->share_shift;
+}
+
 size_t fit_serves_from(const struct fit_rules *r, size_t made_for)
 {
     size_t share = made_for >> r->share_shift;

@@ -62,10 +62,7 @@ struct block *free_index_find(const struct free_index *fi, size_t size, const st
 size_t fit_serves_from(const struct fit_rules *r, size_t made_for);
 /* Whether a request of size bytes is below the share rule's bound for seg (a block of it would keep the
  * whole segment reserved: heap_take_past_mark, take_below_max_split). */
-static inline bool fit_below_share(const struct fit_rules *r, const struct segment *seg, size_t size)
-{
-    return size < seg->size >> r->share_shift;
-}
+bool fit_below_share(const struct fit_rules *r, const struct segment *seg, size_t size);
 /* The rules lifted: any FREE block that holds the request serves it, whatever its segment (pressure.c,
  * heap_take_past_mark). */
 extern const struct fit_rules fit_any;
