@@ -379,6 +379,11 @@ static void check_heap_idle_list(struct checker *c, struct heap *h, size_t segme
         problem(c, "stream 0x%llx: %s%zu segments on the idle list, the walk found %zu wholly free",
                 (unsigned long long)h->stream, idle_listed > segments ? "more than " : "",
                 idle_listed > segments ? segments : idle_listed, idle_segments);
+    /* The counts heap_emptied compares to tell that the stream holds nothing. */
+    uint32_t counted = atomic_load(&h->segment_count), counted_idle = atomic_load(&h->idle_count);
+    if (counted != segments || counted_idle != idle_segments)
+        problem(c, "stream 0x%llx counts %u segments, %u wholly free; the walk found %zu and %zu",
+                (unsigned long long)h->stream, counted, counted_idle, segments, idle_segments);
 }
 
 /* What each accumulated statistic gained since the reset (struct stat_gains) covers the rise of its

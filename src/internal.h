@@ -137,6 +137,14 @@ void stats_collect_locked(tide_allocator *t, tide_stats *out);
 size_t stats_to_json(const tide_stats *s, char *buf, size_t cap);
 
 /* ---- heap.c: one stream's blocks ---------------------------------------------------------------------- */
+/* Whether none of its blocks is in use, pending or parked (a hint without its lock). */
+bool heap_holds_nothing(const struct heap *h);
+/* Whether its emptying may end a phase: a heap of the allocator's own reserved segments (heap_emptied);
+ * under its lock. */
+bool heap_ends_phases(const struct heap *h);
+/* Under its lock: its idle large-pool segments not asked back yet, counted, and (count_only false) asked
+ * back, as tide_empty_cache asks back the segments it keeps. */
+size_t heap_ask_back_idle(struct heap *h, bool count_only);
 tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, struct heap **out);
 /* Frees the heap's bookkeeping; its segments must have been released. */
 void heap_destroy(struct heap *h);

@@ -559,14 +559,35 @@ static void ask_back_segments_in_use(tide_allocator *t)
     }
 }
 
+/* After a phase's end (heap_emptied, heap.c): the other heaps that still hold nothing have their idle
+ * segments asked back too, and the mark restarts once they are gone. */
+static bool ask_back_at_phase_end(tide_allocator *t)
+{
+    if (!atomic_exchange(&t->phase_ended, false))
+        return false;
+    for (uint32_t i = 0; i < heap_count(t); i++) {
+        struct heap *h = t->heaps[i];
+        heap_lock_and_settle(h);
+        if (heap_ends_phases(h) && heap_holds_nothing(h))
+            heap_ask_back_idle(h, false);
+        heap_unlock(h);
+    }
+    return true;
+}
+
 static void release_asked_back(tide_allocator *t)
 {
-    if (atomic_load_explicit(&t->asked_back_idle, memory_order_relaxed) == 0 || atomic_load(&t->captures))
+    if (atomic_load(&t->captures))
+        return;
+    bool phase_ended = ask_back_at_phase_end(t);
+    if (atomic_load_explicit(&t->asked_back_idle, memory_order_relaxed) == 0)
         return;
     /* A segment the backend refuses to take is cached again, asked back no more. */
     size_t gone = 0;
     (void)release_idle_of_every_heap(t, true, NULL, &gone);
     t->high_water = t->high_water - gone > t->reserved ? t->high_water - gone : t->reserved;
+    if (phase_ended)
+        high_water_restart(t);
 }
 
 /* Under max_split_size_mb a request below the size keeps off the segments reserved for requests of the

@@ -48,6 +48,14 @@
                                                  request of m bytes serves requests of m/32 or more
                                                  (fit_rules, free_index.c) */
 #endif
+#ifndef TIDE_PHASE_ALLOCS_PER_SEGMENT
+#define TIDE_PHASE_ALLOCS_PER_SEGMENT 2000    /* the program's letting go of every block ends a phase, and
+                                                 its cache goes back (heap_emptied, heap.c), only after at
+                                                 least this many allocations per idle segment since the
+                                                 stream last held nothing: a release and a reservation
+                                                 again per segment, at most one driver call per 1,000
+                                                 allocations */
+#endif
 #ifndef TIDE_MAP_UNIT_PAGES
 #define TIDE_MAP_UNIT_PAGES 2                 /* expandable: pages mapped in one call when growing back
                                                  to the mark (expandable.c) */

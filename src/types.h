@@ -368,6 +368,10 @@ struct heap {
     struct history_entry *history_next, *history_limit;
     struct heap_ring *history_ring;
     struct heap_stats stats;
+    /* Its segments, and those wholly free: equal when the stream holds nothing (heap_emptied). Written
+     * under its lock; read by other heaps' threads, without it, as a hint. */
+    _Atomic(uint32_t) segment_count, idle_count;
+    int64_t allocs_when_emptied;              /* its allocations (stats gained) when it last held nothing */
 };
 
 /* ---- the allocator (allocator.c) ---------------------------------------------------------------------- */
@@ -398,6 +402,9 @@ struct tide_allocator {
     size_t held_peak;                         /* the most the program has held (allocated and pending bytes,
                                                  and the request) when a growth passed high_water, since
                                                  the mark last restarted: see may_pass_mark in segment.c */
+    _Atomic(bool) phase_ended;                /* a heap's emptying asked its idle segments back (heap.c,
+                                                 heap_emptied): the next slow path asks back those of the
+                                                 other heaps that hold nothing, and restarts the mark */
     _Atomic(uint32_t) asked_back_idle;        /* idle segments that tide_empty_cache asked back (written
                                                  under their heap's lock; read by pressure_malloc) */
     struct segment *spare_segments;           /* recycled segment structs, under pressure */

@@ -8,6 +8,7 @@
  */
 #include "harness.h"
 #include "trace.h"
+#include "tune.h"
 
 #include <stdbool.h>
 
@@ -279,6 +280,52 @@ static void test_a_new_phase_is_placed_as_in_a_new_allocator(void)
     second_phase_peaks_as_the_first("train/gpt2.csv.gz", NULL, false, false);
 }
 
+/* A program that lets go of every block after a long phase starts the next as a new allocator would,
+ * without tide_empty_cache: its idle segments are asked back (heap_emptied). Kept, a 40 MiB request
+ * of the next phase carves the idle 100 MiB segment (a 30 MiB one is too small), and the phase's own
+ * 100 MiB tensor then reserves another: 200 MiB for 140 live. A loop that lets go of everything at
+ * each step keeps its cache: no driver call after its first step. */
+static void test_a_phase_that_lets_go_of_everything_ends(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    void *p, *x, *q, *y;
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &p));
+    for (int i = 0; i < 2 * TIDE_PHASE_ALLOCS_PER_SEGMENT; i++) {
+        CHECK_OK(tide_malloc(f.t, 100 * MIB, 0, &x));
+        CHECK_OK(tide_free(f.t, x));
+    }
+    CHECK_OK(tide_free(f.t, p));
+    CHECK(reserved_of(f.t) == 130 * MIB);     /* cached until an allocation leaves the fast path */
+    CHECK_OK(tide_check(f.t));
+    CHECK_OK(tide_malloc(f.t, 40 * MIB, 0, &q));
+    CHECK_OK(tide_malloc(f.t, 100 * MIB, 0, &y));
+    CHECK(reserved_of(f.t) == 140 * MIB);
+    CHECK(stats_of(f.t).num_device_free == 2);
+    CHECK_OK(tide_free(f.t, q));
+    CHECK_OK(tide_free(f.t, y));
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+
+    fixture_open(&f, 0, NULL);
+    uint64_t reserves = 0;
+    for (int step = 0; step < 2000; step++) {
+        void *a, *b, *c;
+        CHECK_OK(tide_malloc(f.t, 40 * MIB, 0, &a));
+        CHECK_OK(tide_malloc(f.t, 100 * MIB, 0, &b));
+        CHECK_OK(tide_malloc(f.t, MIB / 4, 0, &c));
+        CHECK_OK(tide_free(f.t, b));
+        CHECK_OK(tide_free(f.t, a));
+        CHECK_OK(tide_free(f.t, c));
+        if (step == 0)
+            reserves = stats_of(f.t).num_device_alloc;
+    }
+    CHECK(reserves == 3 && stats_of(f.t).num_device_alloc == reserves);
+    CHECK(stats_of(f.t).num_device_free == 0);
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
 int main(void)
 {
     RUN(test_everything_freed_gives_everything_back);
@@ -289,5 +336,6 @@ int main(void)
     RUN(test_destroy_reports_live_allocations);
     RUN(test_segment_kept_for_a_block_goes_back_once_free);
     RUN(test_a_new_phase_is_placed_as_in_a_new_allocator);
+    RUN(test_a_phase_that_lets_go_of_everything_ends);
     return HARNESS_EXIT();
 }
