@@ -58,7 +58,10 @@
  *   there tide_reset_peak_stats resets it, as a program starting a new phase would. What the program held
  *   under the old mark is forgotten with it, so the new phase is placed as a new allocator would place
  *   it; a segment the call kept for a block in use lowers the mark when it goes back (tide_empty_cache).
- *   Config key trim_on_growth turns all this off.
+ *   A program that frees every block it holds, on every stream, after a long phase (2,000 allocations
+ *   or more per wholly free large segment since it last held nothing) has its phase ended the same way
+ *   without the call: those segments go back at the next allocation that cannot be served from the
+ *   cache, and the mark restarts. Default segments only. Config key trim_on_growth turns all this off.
  *
  * SEGMENTS THAT GROW (expandable_segments:True)
  *   Each stream reserves, per pool, an address range as large as the device (no memory behind it) and

@@ -419,10 +419,11 @@ bool heap_holds_nothing(const struct heap *h)
 }
 
 /* A heap of private pool 0 keeps no memory for a pool's use count; its pool, backend and vm are written
- * under its lock. */
+ * under its lock. trim_on_growth:False keeps everything until the program asks (PyTorch's way). */
 bool heap_ends_phases(const struct heap *h)
 {
-    return h->pool_id == 0 && !h->backend && !h->vm && !h->owner->conf.expandable_segments;
+    const struct tide_config *c = &h->owner->conf;
+    return h->pool_id == 0 && !h->backend && !h->vm && !c->expandable_segments && c->trim_on_growth;
 }
 
 size_t heap_ask_back_idle(struct heap *h, bool count_only)

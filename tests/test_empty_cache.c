@@ -324,6 +324,19 @@ static void test_a_phase_that_lets_go_of_everything_ends(void)
     CHECK(stats_of(f.t).num_device_free == 0);
     CHECK_OK(tide_check(f.t));
     fixture_close(&f);
+
+    /* trim_on_growth:False keeps everything until the program asks */
+    fixture_open(&f, 0, "trim_on_growth:False");
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &p));
+    for (int i = 0; i < 2 * TIDE_PHASE_ALLOCS_PER_SEGMENT; i++) {
+        CHECK_OK(tide_malloc(f.t, 100 * MIB, 0, &x));
+        CHECK_OK(tide_free(f.t, x));
+    }
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_malloc(f.t, 40 * MIB, 0, &q));
+    CHECK(stats_of(f.t).num_device_free == 0 && reserved_of(f.t) == 130 * MIB);
+    CHECK_OK(tide_free(f.t, q));
+    fixture_close(&f);
 }
 
 int main(void)
