@@ -280,6 +280,18 @@ static void test_a_new_phase_is_placed_as_in_a_new_allocator(void)
     second_phase_peaks_as_the_first("train/gpt2.csv.gz", NULL, false, false);
 }
 
+/* 30 MiB held across 4,000 allocations of 100 MiB, then let go of: two idle segments. */
+static void long_phase_then_nothing(tide_allocator *t)
+{
+    void *p, *x;
+    CHECK_OK(tide_malloc(t, 30 * MIB, 0, &p));
+    for (int i = 0; i < 2 * TIDE_PHASE_ALLOCS_PER_SEGMENT; i++) {
+        CHECK_OK(tide_malloc(t, 100 * MIB, 0, &x));
+        CHECK_OK(tide_free(t, x));
+    }
+    CHECK_OK(tide_free(t, p));
+}
+
 /* A program that lets go of every block after a long phase starts the next as a new allocator would,
  * without tide_empty_cache: its idle segments are asked back (heap_emptied). Kept, a 40 MiB request
  * of the next phase carves the idle 100 MiB segment (a 30 MiB one is too small), and the phase's own
@@ -289,13 +301,8 @@ static void test_a_phase_that_lets_go_of_everything_ends(void)
 {
     struct fixture f;
     fixture_open(&f, 0, NULL);
-    void *p, *x, *q, *y;
-    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &p));
-    for (int i = 0; i < 2 * TIDE_PHASE_ALLOCS_PER_SEGMENT; i++) {
-        CHECK_OK(tide_malloc(f.t, 100 * MIB, 0, &x));
-        CHECK_OK(tide_free(f.t, x));
-    }
-    CHECK_OK(tide_free(f.t, p));
+    void *q, *y;
+    long_phase_then_nothing(f.t);
     CHECK(reserved_of(f.t) == 130 * MIB);     /* cached until an allocation leaves the fast path */
     CHECK_OK(tide_check(f.t));
     CHECK_OK(tide_malloc(f.t, 40 * MIB, 0, &q));
@@ -327,12 +334,7 @@ static void test_a_phase_that_lets_go_of_everything_ends(void)
 
     /* trim_on_growth:False keeps everything until the program asks */
     fixture_open(&f, 0, "trim_on_growth:False");
-    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &p));
-    for (int i = 0; i < 2 * TIDE_PHASE_ALLOCS_PER_SEGMENT; i++) {
-        CHECK_OK(tide_malloc(f.t, 100 * MIB, 0, &x));
-        CHECK_OK(tide_free(f.t, x));
-    }
-    CHECK_OK(tide_free(f.t, p));
+    long_phase_then_nothing(f.t);
     CHECK_OK(tide_malloc(f.t, 40 * MIB, 0, &q));
     CHECK(stats_of(f.t).num_device_free == 0 && reserved_of(f.t) == 130 * MIB);
     CHECK_OK(tide_free(f.t, q));
