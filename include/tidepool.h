@@ -40,10 +40,11 @@
  *   never handed out.
  *
  * POOLS AND SIZES
- *   Sizes are rounded up to 512 bytes. Requests up to 1 MiB come from the small pool (2 MiB segments),
- *   larger ones from the large pool (20 MiB segments below 10 MiB, else a segment of the size rounded up to
- *   2 MiB). Each stream has its own blocks; a block is split when the rest is worth keeping and merged with
- *   its free neighbours when freed.
+ *   Sizes are rounded up to 512 bytes. Requests up to 1 MiB come from the small pool (2 MiB segments;
+ *   once a stream's small pool holds more than 16 MiB, an eighth of it in powers of two, up to 32 MiB),
+ *   larger ones from the large pool (20 MiB segments below 10 MiB, else a segment of the size rounded up
+ *   to 2 MiB). Each stream has its own blocks; a block is split when the rest is worth keeping and merged
+ *   with its free neighbours when freed.
  *
  * HOLDING MEMORY
  *   Freed memory stays cached for reuse, with one exception that keeps the footprint low: before

@@ -148,7 +148,9 @@ size_t heap_ask_back_idle(struct heap *h, bool count_only);
 tide_status heap_create(tide_allocator *t, tide_stream stream, uint32_t index, struct heap **out);
 /* Frees the heap's bookkeeping; its segments must have been released. */
 void heap_destroy(struct heap *h);
-size_t segment_size_for(enum pool_kind pool, size_t rounded);
+/* The size of the segment reserved for a request of rounded bytes in h's pool; takes h's lock for the
+ * small pool, whose segments grow with it. */
+size_t segment_size_for(struct heap *h, enum pool_kind pool, size_t rounded);
 /* Under h->lock: find a FREE block for rounded bytes that the rules let serve it, and make it ACTIVE.
  * NULL if none fits (heap_take_fit, hot_path.h: by the allocator's own rules). */
 struct block *heap_take_fit_by(struct heap *h, enum pool_kind pool, size_t rounded, size_t requested,

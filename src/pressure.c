@@ -402,7 +402,7 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
 {
     if (t->conf.expandable_segments || h->vm) /* h->vm: a sleepable pool's heap maps pages */
         return expandable_grow(t, h, pool, rounded, requested, out);
-    size_t sizes[2] = {segment_size_for(pool, rounded), round_up(rounded, TIDE_SEGMENT_GRANULE)};
+    size_t sizes[2] = {segment_size_for(h, pool, rounded), round_up(rounded, TIDE_SEGMENT_GRANULE)};
     int nsizes = sizes[1] < sizes[0] ? 2 : 1;
     if (pool == POOL_LARGE && t->conf.trim_on_growth && !atomic_load(&t->captures) &&
         t->reserved + sizes[0] > t->high_water && !may_pass_mark(t, rounded, sizes[0])) {
@@ -604,7 +604,7 @@ static struct block *take_below_max_split(tide_allocator *t, struct heap *h, enu
                                           size_t requested, tide_status *status)
 {
     if (pool != POOL_LARGE || rounded >= t->fit.oversize_min || !t->largest_oversize ||
-        t->reserved + segment_size_for(pool, rounded) + t->largest_oversize <= t->high_water)
+        t->reserved + segment_size_for(h, pool, rounded) + t->largest_oversize <= t->high_water)
         return NULL;
     heap_lock_and_settle(h);
     /* The best fit whatever the rules, kept only where the share rule allows it: a search under the share
@@ -639,7 +639,7 @@ tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind po
     /* The fit rules keep cached blocks for larger requests while a new segment for this one fits under
      * the most ever reserved; past it, a kept block serves rather than the program's peak rising, in a
      * segment a small block pins already where one has room (heap_take_past_mark). */
-    if (!b && s == TIDE_OK && t->reserved + segment_size_for(pool, rounded) > t->high_water) {
+    if (!b && s == TIDE_OK && t->reserved + segment_size_for(h, pool, rounded) > t->high_water) {
         heap_lock_and_settle(h);
         b = heap_take_past_mark(h, pool, rounded, requested, &t->fit, &s);
         heap_unlock(h);

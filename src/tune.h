@@ -23,7 +23,10 @@
 #define TIDE_SMALL_MAX (1 * MiB)              /* requests up to this come from the small pool */
 #endif
 #ifndef TIDE_SMALL_SEGMENT
-#define TIDE_SMALL_SEGMENT (2 * MiB)          /* segment size of the small pool */
+#define TIDE_SMALL_SEGMENT (2 * MiB)          /* the small pool's first segments (heap.c) ... */
+#endif
+#ifndef TIDE_SMALL_SEGMENT_MAX
+#define TIDE_SMALL_SEGMENT_MAX (32 * MiB)     /* ... and its largest, once it holds 8 times as much */
 #endif
 #ifndef TIDE_LARGE_SEGMENT
 #define TIDE_LARGE_SEGMENT (20 * MiB)         /* at most this for large requests below ... (heap.c) */

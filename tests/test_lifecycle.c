@@ -594,6 +594,53 @@ static void test_mid_size_segments_hold_whole_requests(void)
     }
 }
 
+/* The small pool's segments: 2 MiB while it holds 16 MiB or less, then the power of two at or above an
+ * eighth of what it holds, at most 32 MiB (heap.c, small_segment_size). */
+static size_t small_segment_expected(int64_t small_reserved)
+{
+    size_t size = 2 * MIB;
+    while (size < (size_t)small_reserved / 8 && size < 32 * MIB)
+        size *= 2;
+    return size;
+}
+
+static void test_the_small_pool_grows_with_what_it_holds(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    enum { BLOCKS = 1024 }; /* 512 KiB each: 512 MiB of small blocks */
+    static void *p[BLOCKS];
+    int64_t reserved = 0;
+    uint64_t reservations = 0;
+    size_t largest = 0;
+    for (int i = 0; i < BLOCKS; i++) {
+        CHECK_OK(tide_malloc(f.t, 512 * 1024, 0, &p[i]));
+        tide_stats s = stats_of(f.t);
+        int64_t now = s.reserved_bytes[TIDE_POOL_SMALL].current;
+        if (now != reserved) {
+            size_t added = (size_t)(now - reserved);
+            if (added != small_segment_expected(reserved)) {
+                fprintf(stderr, "holding %lld bytes, the small pool grew by %zu, expected %zu\n",
+                        (long long)reserved, added, small_segment_expected(reserved));
+                harness_failures++;
+            }
+            largest = added > largest ? added : largest;
+            reserved = now;
+            reservations++;
+        }
+    }
+    CHECK(largest == 32 * MIB);
+    /* 9 of 2 MiB, 4 each of 4, 8 and 16, then 12 of 32 MiB: 33 driver calls, not 256 */
+    CHECK(reservations == 33);
+    CHECK(stats_of(f.t).num_device_alloc == reservations);
+    CHECK(reserved - (int64_t)(BLOCKS * 512 * 1024) < (int64_t)(32 * MIB));
+    for (int i = 0; i < BLOCKS; i++)
+        CHECK_OK(tide_free(f.t, p[i]));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(reserved_of(f.t) == 0);
+    fixture_close(&f);
+}
+
 int main(void)
 {
     RUN(test_malloc_rounds_aligns_and_picks_pools);
@@ -608,6 +655,7 @@ int main(void)
     RUN(test_max_split_size_keeps_large_segments_for_large_requests);
     RUN(test_max_split_size_gives_way_when_the_room_is_short);
     RUN(test_mid_size_segments_hold_whole_requests);
+    RUN(test_the_small_pool_grows_with_what_it_holds);
     RUN(test_a_large_segment_is_not_pinned_by_small_requests);
     RUN(test_small_blocks_past_the_mark_gather_in_one_large_segment);
     RUN(test_a_growth_gives_back_its_own_streams_segment_first);
