@@ -5,8 +5,9 @@ SimulatedDevice.close() while other threads allocate ends cleanly (it crashed th
 
 The adaptors import torch, CuPy, numba, cuda.core or RMM; here each of those is a stand-in module with
 only what the adaptor touches, so the checks run without any of them. An argument that passes the
-checks goes on to the real library, which (with no GPU) refuses it as TidepoolError: that is how a
-test below tells "refused by the check" (ArgumentError or TypeError) from "reached the library".
+checks goes on to the real library, which with no GPU refuses it as TidepoolError, and on a machine
+with a GPU serves it: that is how a test below tells "refused by the check" (ArgumentError or
+TypeError) from "reached the library".
 
     TIDEPOOL_LIBRARY=build/libtidepool.so python3 tests/test_python_wrapper.py
 """
@@ -42,6 +43,24 @@ def expect(error, call, *args, **kwargs):
         return None
     failures.append("%s: accepted (returned %r), expected %s" % (name, result, error.__name__))
     return None
+
+
+def reaches_library(call, *args, release=None):
+    """call(*args) passes the argument checks: the library refuses it as TidepoolError (no GPU here), or
+    serves it (a GPU is here), and release(result) gives back what it got."""
+    name = "%s(%s)" % (getattr(call, "__qualname__", call), ", ".join(repr(a) for a in args))
+    try:
+        result = call(*args)
+    except ArgumentError as e:
+        failures.append("%s: refused by the argument check, should have reached the library: %s" % (name, e))
+        return
+    except TidepoolError:
+        return
+    except Exception as e:  # noqa: BLE001 - any other outcome is the failure being reported
+        failures.append("%s: raised %s (%s), expected the library's answer" % (name, type(e).__name__, e))
+        return
+    if release:
+        release(result)
 
 
 class Indexable:
@@ -323,8 +342,8 @@ def test_adaptors():
         expect(error, free, value, 0)
         expect(error, tc.record_stream, value, stream(0))
         expect(error, tc.record_stream, 0x1000, stream(value))
-    expect(TidepoolError, malloc, 4096, 0)  # passes the checks; no GPU here
-    expect(TidepoolError, tc.memory_stats, 0)
+    reaches_library(malloc, 4096, 0, release=lambda ptr: free(ptr, 0))
+    reaches_library(tc.memory_stats, 0)
 
     # numba: its memory manager's frees, record_stream, memory_stats
     for value, error in BAD_HANDLES:
@@ -349,7 +368,7 @@ def test_adaptors():
         expect(error, mr.allocate, 4096, stream(value))
         expect(error, mr.deallocate, value, 4096)
         expect(error, mr.deallocate, 0x1000, 4096, stream(value))
-    expect(TidepoolError, mr.allocate, 4096, stream(Handle(0)))
+    reaches_library(mr.allocate, 4096, stream(Handle(0)), release=lambda got: mr.deallocate(got[0], 4096))
 
     # RMM: the callback resource
     for value, error in BAD_DEVICES:
@@ -360,7 +379,7 @@ def test_adaptors():
     for value, error in BAD_HANDLES:
         expect(error, res.allocate, 4096, stream(value))
         expect(error, res.deallocate, value, 4096)
-    expect(TidepoolError, res.allocate, 4096, None)
+    reaches_library(res.allocate, 4096, None, release=lambda ptr: res.deallocate(ptr, 4096))
 
 
 def test_source_tree_builds_once():
