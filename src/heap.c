@@ -480,7 +480,13 @@ static __attribute__((noinline, cold)) void heap_emptied(struct heap *h)
     int64_t allocs = h->stats.pool[TIDE_POOL_SMALL].gained.blocks + h->stats.pool[TIDE_POOL_LARGE].gained.blocks;
     int64_t phase = allocs - h->allocs_when_emptied;
     h->allocs_when_emptied = allocs;
-    if (!heap_ends_phases(h) || phase < TIDE_PHASE_ALLOCS_PER_SEGMENT * (int64_t)heap_ask_back_idle(h, true))
+    /* The cheap test first: most emptyings end a short phase (a loop's step), and the count walks the
+     * idle list. A stream with no idle large segment ends nothing: a side stream that lets go of its few
+     * small blocks at every step would otherwise end the other streams' phases each time. */
+    if (!heap_ends_phases(h) || phase < TIDE_PHASE_ALLOCS_PER_SEGMENT)
+        return;
+    size_t idle_large = heap_ask_back_idle(h, true);
+    if (idle_large == 0 || phase < TIDE_PHASE_ALLOCS_PER_SEGMENT * (int64_t)idle_large)
         return;
     tide_allocator *t = h->owner;
     for (uint32_t i = 0; i < atomic_load(&t->nheaps); i++)

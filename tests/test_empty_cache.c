@@ -341,6 +341,39 @@ static void test_a_phase_that_lets_go_of_everything_ends(void)
     fixture_close(&f);
 }
 
+/* A stream with no large segment of its own ends no phase: a side stream whose few small blocks it lets
+ * go of at every step (a loader's, a logger's) found every other stream empty between steps, and had the
+ * main stream's idle segments given back each time. */
+static void test_a_stream_of_small_blocks_ends_no_phase(void)
+{
+    struct fixture f;
+    fixture_open(&f, 0, NULL);
+    tide_stream side;
+    CHECK_OK(tide_sim_stream_create(f.sim, &side));
+    void *big, *small, *more[9];
+    CHECK_OK(tide_malloc(f.t, 100 * MIB, 0, &big));
+    CHECK_OK(tide_free(f.t, big)); /* stream 0 holds nothing: a 100 MiB segment idle */
+    /* Each step reads the statistics, as a loop that logs its memory does; the read merges the free
+     * block (parked on the fast path), and the side stream then holds nothing. */
+    for (int i = 0; i < 2 * TIDE_PHASE_ALLOCS_PER_SEGMENT; i++) {
+        CHECK_OK(tide_malloc(f.t, MIB / 4, side, &small));
+        CHECK_OK(tide_free(f.t, small));
+        CHECK(stats_of(f.t).num_device_free == 0);
+    }
+    /* The ninth leaves the fast path for a second small segment, which raises the mark (no trim). */
+    for (int i = 0; i < 9; i++)
+        CHECK_OK(tide_malloc(f.t, MIB / 4, side, &more[i]));
+    CHECK_OK(tide_malloc(f.t, 100 * MIB, 0, &big));
+    tide_stats s = stats_of(f.t);
+    CHECK(s.num_device_free == 0);
+    CHECK(s.num_device_alloc == 3); /* the 100 MiB segment, the side stream's two small ones */
+    CHECK_OK(tide_free(f.t, big));
+    for (int i = 0; i < 9; i++)
+        CHECK_OK(tide_free(f.t, more[i]));
+    CHECK_OK(tide_check(f.t));
+    fixture_close(&f);
+}
+
 int main(void)
 {
     RUN(test_everything_freed_gives_everything_back);
@@ -352,5 +385,6 @@ int main(void)
     RUN(test_segment_kept_for_a_block_goes_back_once_free);
     RUN(test_a_new_phase_is_placed_as_in_a_new_allocator);
     RUN(test_a_phase_that_lets_go_of_everything_ends);
+    RUN(test_a_stream_of_small_blocks_ends_no_phase);
     return HARNESS_EXIT();
 }
