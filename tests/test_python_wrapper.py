@@ -28,15 +28,24 @@ from tidepool.sim import SimulatedDevice  # noqa: E402
 failures = []
 
 
+def described(call, args, kwargs):
+    """The call as a failure message names it."""
+    return "%s(%s)" % (getattr(call, "__qualname__", call),
+                       ", ".join([repr(a) for a in args] + ["%s=%r" % kv for kv in kwargs.items()]))
+
+
+def refused_by_check(name, e):
+    failures.append("%s: refused by the argument check, should have reached the library: %s" % (name, e))
+
+
 def expect(error, call, *args, **kwargs):
     """call(*args, **kwargs) raises error (exactly that class, or a subclass of it)."""
-    name = "%s(%s)" % (getattr(call, "__qualname__", call),
-                       ", ".join([repr(a) for a in args] + ["%s=%r" % kv for kv in kwargs.items()]))
+    name = described(call, args, kwargs)
     try:
         result = call(*args, **kwargs)
     except error as e:
         if error is TidepoolError and isinstance(e, ArgumentError):
-            failures.append("%s: refused by the argument check, should have reached the library: %s" % (name, e))
+            refused_by_check(name, e)
         return e
     except Exception as e:  # noqa: BLE001 - any other outcome is the failure being reported
         failures.append("%s: raised %s (%s), expected %s" % (name, type(e).__name__, e, error.__name__))
@@ -48,11 +57,11 @@ def expect(error, call, *args, **kwargs):
 def reaches_library(call, *args, release=None):
     """call(*args) passes the argument checks: the library refuses it as TidepoolError (no GPU here), or
     serves it (a GPU is here), and release(result) gives back what it got."""
-    name = "%s(%s)" % (getattr(call, "__qualname__", call), ", ".join(repr(a) for a in args))
+    name = described(call, args, {})
     try:
         result = call(*args)
     except ArgumentError as e:
-        failures.append("%s: refused by the argument check, should have reached the library: %s" % (name, e))
+        refused_by_check(name, e)
         return
     except TidepoolError:
         return
