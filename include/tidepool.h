@@ -885,7 +885,11 @@ TIDE_API tide_status tide_history_read(tide_allocator *t, tide_event *out, size_
  * the device holds: TIDE_EVENT_SEGMENT_RESERVED and TIDE_EVENT_SEGMENT_RELEASED (with expandable
  * segments, a run of pages mapped or unmapped: addr and size are the pages), TIDE_EVENT_OOM and
  * TIDE_EVENT_EMPTY_CACHE. This is what registering memory with a communication library needs
- * (PyTorch's ProcessGroupNCCL registers each segment with NCCL and deregisters it when it goes). The
+ * (PyTorch's ProcessGroupNCCL registers each segment with NCCL and deregisters it when it goes). A
+ * segment is heard reserved once the device has given it, and released before the device takes it
+ * back, as PyTorch's allocator tells its trace trackers before cudaFree, so that what the observer
+ * deregisters is still there; if the device then refuses to take it back, the segment stays cached and
+ * what is still reserved is heard as TIDE_EVENT_SEGMENT_RESERVED again. The
  * event's seq and frames are those of the history if one is on, else 0. It hears frees that wait for
  * the device too: TIDE_EVENT_FREE_REQUESTED for a free that leaves its block PENDING, and
  * TIDE_EVENT_FREE_COMPLETED when a PENDING block becomes FREE (addr: the user's pointer, size: the

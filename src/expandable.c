@@ -677,11 +677,11 @@ static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t excep
         /* Unmap without the heap's lock: the device may wait for work whose completion needs it. */
         for (struct segment *seg = carved, *next; seg; seg = next) {
             next = seg->next;
-            uintptr_t base = seg->base;
             size_t unmapped = 0;
+            /* Heard before the pages go, and what a failure leaves mapped heard again (release_segments). */
+            HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, seg->base, seg->size);
             tide_status s = expandable_unmap_run(t, seg, &unmapped);
             if (unmapped) {
-                HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, base, unmapped);
                 note_released(t, unmapped, r);
                 done += unmapped;
             }
@@ -689,6 +689,7 @@ static tide_status release_pages(tide_allocator *t, size_t want, uintptr_t excep
                 segment_released(t, h, seg);
                 continue;
             }
+            HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, h->stream, seg->base, seg->size);
             if (first_error == TIDE_OK) {
                 char sz[32];
                 first_error = tide__fail_with_context(s, "unmapping %s at 0x%llx from the %s backend",

@@ -34,6 +34,12 @@ static tide_status release_segments(tide_allocator *t, struct heap *h, struct se
         uintptr_t base = seg->base;
         size_t gone = 0;
         tide_status s;
+        /* Heard before the device lets go, as PyTorch's allocator tells its trace trackers before
+         * cudaFree: a communication library deregisters memory that is still there. A sleeping run's
+         * mapped pages are no one stretch, and are heard as they go (tide_destroy only). */
+        bool heard_first = !seg->asleep;
+        if (heard_first)
+            HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, base, seg->size);
         if (seg->arena) {
             s = expandable_unmap_run(t, seg, &gone); /* on a failure, seg is what is still mapped */
         } else {
@@ -44,13 +50,16 @@ static tide_status release_segments(tide_allocator *t, struct heap *h, struct se
             gone = s == TIDE_OK ? seg->size : 0;
         }
         if (gone) {
-            HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, base, gone);
+            if (!heard_first)
+                HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, base, gone);
             note_released(t, gone, r);
         }
         if (s == TIDE_OK) {
             segment_released(t, h, seg);
             continue;
         }
+        if (heard_first) /* what the failure left reserved, heard as reserved again */
+            HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, h->stream, seg->base, seg->size);
         if (first_error == TIDE_OK) {
             char sz[32];
             first_error = tide__fail_with_context(s, "%s a segment of %s at 0x%llx to the %s backend",

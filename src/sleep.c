@@ -283,8 +283,11 @@ static tide_status copy_in(tide_allocator *t, const struct sleep_copy *c)
 static tide_status unmap_counted(tide_allocator *t, struct heap *h, struct segment *run, uintptr_t lo,
                                  uintptr_t hi)
 {
+    /* Heard before the pages go (release_segments), and again as reserved if they stay. */
+    HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, lo, hi - lo);
     tide_status s = expandable_unmap_unit(t, run, lo, hi);
     if (s != TIDE_OK) {
+        HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RESERVED, h->stream, lo, hi - lo);
         char sz[32];
         return tide__fail_with_context(s, "unmapping %s at 0x%llx from the %s backend",
                                        format_bytes(hi - lo, sz), (unsigned long long)lo, t->backend.name);
@@ -294,7 +297,6 @@ static tide_status unmap_counted(tide_allocator *t, struct heap *h, struct segme
     heap_lock_and_settle(h);
     count_asleep(h, run, (int64_t)(hi - lo));
     heap_unlock(h);
-    HISTORY_EVENT(t, TIDE_EVENT_SEGMENT_RELEASED, h->stream, lo, hi - lo);
     return TIDE_OK;
 }
 

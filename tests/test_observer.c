@@ -142,6 +142,74 @@ static void test_pending_frees(const char *config)
 static void test_pending_frees_plain(void) { test_pending_frees(NULL); }
 static void test_pending_frees_guarded(void) { test_pending_frees("guard:True"); }
 
+/* The order a communication library needs: a segment is heard reserved once the device holds it, and
+ * released while the device still holds it (what it deregisters is there, as under PyTorch's
+ * allocator, which tells its trackers before cudaFree). A release the device refuses is heard as
+ * reserved again, so that what the observer counts stays what the device holds. */
+struct witness {
+    struct seen seen;
+    tide_sim *sim;
+    int out_of_order; /* events heard when the device did not hold what the order above says */
+};
+
+static void witness_note(void *ctx, const tide_event *e)
+{
+    struct witness *w = ctx;
+    if (e->kind == TIDE_EVENT_SEGMENT_RESERVED || e->kind == TIDE_EVENT_SEGMENT_RELEASED) {
+        tide_sim_counters c;
+        tide_sim_get_counters(w->sim, &c);
+        /* Before a reservation's event the device holds what was heard so far and this segment; before a
+         * release's, still what was heard so far, this segment with it. */
+        int64_t device_should_hold = w->seen.held + (e->kind == TIDE_EVENT_SEGMENT_RESERVED ? (int64_t)e->size : 0);
+        w->out_of_order += (int64_t)c.held_bytes != device_should_hold;
+    }
+    note(&w->seen, e);
+}
+
+static void test_released_while_still_there(const char *config, tide_sim_op release_op)
+{
+    struct fixture f;
+    fixture_open(&f, 256 * MIB, config);
+    struct witness w;
+    memset(&w, 0, sizeof w);
+    w.sim = f.sim;
+    CHECK_OK(tide_observe(f.t, witness_note, &w));
+    void *p, *q;
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &p));
+    CHECK_OK(tide_malloc(f.t, 1000, 0, &q));
+    CHECK_OK(tide_free(f.t, p));
+    CHECK_OK(tide_free(f.t, q));
+    CHECK_OK(tide_empty_cache(f.t, NULL));
+    CHECK(count_kind(&w.seen, TIDE_EVENT_SEGMENT_RELEASED) >= 1);
+    CHECK(w.out_of_order == 0);
+    CHECK(w.seen.held == 0);
+
+    /* The device refuses the release: heard released, then reserved again (with expandable segments
+     * tide_empty_cache then unmaps the pages another way, and says the first failed). */
+    CHECK_OK(tide_malloc(f.t, 30 * MIB, 0, &p));
+    CHECK_OK(tide_free(f.t, p));
+    int before = w.seen.n;
+    tide_sim_inject_fault(f.sim, release_op, 0, 1);
+    CHECK(tide_empty_cache(f.t, NULL) != TIDE_OK);
+    CHECK(w.seen.n >= before + 2);
+    CHECK(w.seen.events[before].kind == TIDE_EVENT_SEGMENT_RELEASED);
+    CHECK(w.seen.events[before + 1].kind == TIDE_EVENT_SEGMENT_RESERVED);
+    CHECK(w.seen.events[before + 1].addr == w.seen.events[before].addr &&
+          w.seen.events[before + 1].size == w.seen.events[before].size);
+    CHECK(w.seen.held == reserved_of(f.t));
+    CHECK(w.out_of_order == 0);
+    CHECK_OK(tide_empty_cache(f.t, NULL)); /* the device takes it now */
+    CHECK(w.seen.held == 0 && reserved_of(f.t) == 0 && w.out_of_order == 0);
+    CHECK_OK(tide_observe(f.t, NULL, NULL));
+    fixture_close(&f);
+}
+
+static void test_released_while_still_there_reserved(void) { test_released_while_still_there(NULL, TIDE_SIM_RELEASE); }
+static void test_released_while_still_there_expandable(void)
+{
+    test_released_while_still_there("expandable_segments:True", TIDE_SIM_UNMAP);
+}
+
 int main(void)
 {
     RUN(test_reserved_segments);
@@ -149,5 +217,7 @@ int main(void)
     RUN(test_with_a_history);
     RUN(test_pending_frees_plain);
     RUN(test_pending_frees_guarded);
+    RUN(test_released_while_still_there_reserved);
+    RUN(test_released_while_still_there_expandable);
     return HARNESS_EXIT();
 }
