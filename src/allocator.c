@@ -528,6 +528,8 @@ static inline __attribute__((always_inline)) tide_status malloc_on_heap(tide_all
             b = take_after_draining(h, pool, rounded, size, &s);
         else
             b = heap_take_fit(h, pool, rounded, size, &s);
+        if (TIDE_UNLIKELY(!b) && s == TIDE_OK)
+            b = pressure_take_past_mark_at_once(t, h, pool, rounded, size, &s);
     }
     /* The alloc event is recorded under the lock, before anyone can free the block. */
     if (TIDE_LIKELY(b != NULL))

@@ -269,6 +269,8 @@ void segment_reattach(tide_allocator *t, struct heap *h, struct segment *seg);
  * what is reserved now, and what the program held before is forgotten with it. Under the pressure
  * lock. */
 void high_water_restart(tide_allocator *t);
+/* reserved or high_water changed (under pressure): publishes room_under_mark. */
+void mark_moved(tide_allocator *t);
 /* Bytes per state over every heap (takes each heap's lock in turn). */
 struct where where_is_memory(tide_allocator *t);
 /* Under the pressure lock, before a growth of `bytes` for a request of `rounded` bytes passes the
@@ -334,6 +336,10 @@ tide_status expandable_map_unit(tide_allocator *t, struct segment *run, uintptr_
  * No lock held. */
 tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded,
                             size_t requested, struct block **out);
+/* Under h->lock (settled), where the fast path's fit found none: pressure_malloc's take past the mark,
+ * where nothing pressure_malloc does before it could act; else NULL, and the slow path goes on. */
+struct block *pressure_take_past_mark_at_once(tide_allocator *t, struct heap *h, enum pool_kind pool,
+                                              size_t rounded, size_t requested, tide_status *status);
 tide_status pressure_empty_cache(tide_allocator *t, tide_release_report *report);
 /* The same for one private pool's heaps only, in use or not (tide_pool_empty_cache). */
 tide_status pressure_empty_pool(tide_allocator *t, tide_pool_id pool, tide_release_report *report);

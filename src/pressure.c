@@ -441,9 +441,10 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
         if (t->conf.trim_on_growth && !capturing && t->reserved + size > t->high_water) {
             /* A small-pool segment raises the mark too: the idle segments a trim could give back for it
              * are large ones, each more than it, and the loop that left them idle comes back for them. */
-            if (pool == POOL_SMALL || may_pass_mark(t, rounded, size))
+            if (pool == POOL_SMALL || may_pass_mark(t, rounded, size)) {
                 t->high_water = t->reserved + size;
-            else
+                mark_moved(t);
+            } else
                 release_for_high_water(t, t->reserved + size - t->high_water, h);
         }
         if (t->gc_threshold && !capturing && t->reserved + size > t->gc_threshold) {
@@ -595,6 +596,7 @@ static void release_asked_back(tide_allocator *t)
     size_t gone = 0;
     (void)release_idle_of_every_heap(t, true, NULL, &gone);
     t->high_water = t->high_water - gone > t->reserved ? t->high_water - gone : t->reserved;
+    mark_moved(t);
     if (phase_ended)
         high_water_restart(t);
 }
@@ -632,6 +634,33 @@ static struct block *take_below_max_split(tide_allocator *t, struct heap *h, enu
     if (b)
         b = heap_take_block(h, b, rounded, requested, status);
     heap_unlock(h);
+    return b;
+}
+
+/* A program at its high-water mark takes, at every step, cached blocks that the fit rules keep for larger
+ * requests: past the mark they serve (heap_take_past_mark) rather than the peak rising. Through
+ * pressure_malloc each such allocation took the pressure lock, searched the free index twice or three
+ * times and settled every heap: RL rollout and training (bench/workloads) did so for 17% of its
+ * allocations, and its replay ran 16% slower than before the rules. Here the fast path takes the block
+ * itself, under the heap's lock alone, where pressure_malloc would have done the same: nothing to give
+ * back first (no phase ended, no segment asked back), no max_split_size_mb (its own step comes first),
+ * default segments (expandable ones map pages rather), a large request, and the mark passed by the
+ * segment a growth would reserve. Its second fit by the same rules would find what the fast path did
+ * not unless another thread freed a block since; then the block taken here is one that rule allows
+ * past the mark anyway. room_under_mark is the mark as of its last change; read without the pressure
+ * lock, it may be a step behind another thread's growth, which changes which cached block serves,
+ * never whether one may. */
+struct block *pressure_take_past_mark_at_once(tide_allocator *t, struct heap *h, enum pool_kind pool,
+                                              size_t rounded, size_t requested, tide_status *status)
+{
+    if (pool != POOL_LARGE || t->conf.expandable_segments || h->vm || t->fit.oversize_min != SIZE_MAX ||
+        atomic_load_explicit(&t->phase_ended, memory_order_relaxed) ||
+        atomic_load_explicit(&t->asked_back_idle, memory_order_relaxed) != 0 ||
+        segment_size_for(h, pool, rounded) <= atomic_load_explicit(&t->room_under_mark, memory_order_relaxed))
+        return NULL;
+    struct block *b = heap_take_past_mark(h, pool, rounded, requested, &t->fit, status);
+    if (b && h->stats.drained_unsettled) /* its fit drained blocks: their peaks, as take_after_draining */
+        stats_settle(&h->stats);
     return b;
 }
 

@@ -115,9 +115,16 @@ tide_status segment_reserve(tide_allocator *t, const tide_backend *from, enum po
     return TIDE_OK;
 }
 
+void mark_moved(tide_allocator *t)
+{
+    atomic_store_explicit(&t->room_under_mark, t->high_water > t->reserved ? t->high_water - t->reserved : 0,
+                          memory_order_relaxed);
+}
+
 void high_water_restart(tide_allocator *t)
 {
     t->high_water = t->reserved;
+    mark_moved(t);
     /* What the program held before the restart would let the next phase keep idle memory it may never
      * need again, where a new allocator gives it back first. */
     t->held_peak = 0;
@@ -155,12 +162,14 @@ void note_reserved(tide_allocator *t, size_t bytes)
         t->reserved_peak = t->reserved;
     if (t->reserved > t->high_water)
         t->high_water = t->reserved;
+    mark_moved(t);
     t->num_device_alloc++;
 }
 
 void note_released(tide_allocator *t, size_t bytes, tide_release_report *r)
 {
     t->reserved -= bytes;
+    mark_moved(t);
     t->num_device_free++;
     if (r) {
         r->released_bytes += bytes;

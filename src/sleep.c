@@ -293,6 +293,7 @@ static tide_status unmap_counted(tide_allocator *t, struct heap *h, struct segme
                                        format_bytes(hi - lo, sz), (unsigned long long)lo, t->backend.name);
     }
     t->reserved -= hi - lo;
+    mark_moved(t);
     t->num_device_free++;
     heap_lock_and_settle(h);
     count_asleep(h, run, (int64_t)(hi - lo));

@@ -397,6 +397,9 @@ struct tide_allocator {
     size_t reserved_peak;
     size_t high_water;                        /* reserved may not pass it while idle segments could be
                                                  released instead; see grow() in pressure.c */
+    _Atomic(size_t) room_under_mark;          /* high_water - reserved (0 past it), as of the last change
+                                                 of either (mark_moved): what tide_malloc reads without
+                                                 the pressure lock to take a block past the mark */
     size_t largest_oversize;                  /* the largest segment of max_split_size or more ever
                                                  reserved (take_below_max_split, pressure.c) */
     size_t held_peak;                         /* the most the program has held (allocated and pending bytes,
