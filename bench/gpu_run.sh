@@ -26,6 +26,11 @@
 #                                   step time alternating PyTorch's allocator and tidepool
 #   bench/gpu_run.sh ddp [STEPS]    (2 GPUs) the two-device C test, then GPT-2 small under DDP with
 #                                   PyTorch's allocator and with tidepool (default 300 steps)
+#   bench/gpu_run.sh fsdp [STEPS]   GPT-2 small under FSDP2 (fully_shard, bfloat16 parameters) on every GPU
+#                                   (at most 2; 1 works): PyTorch's allocator and tidepool, each with and
+#                                   without expandable segments, then both again with NCCL's register
+#                                   hook (registrations counted from NCCL's log); one run each, default
+#                                   300 steps, JSON and $OUT/fsdp_summary.md
 #   bench/gpu_run.sh reliability    scrub and guard on the GPU, compute-sanitizer over them, and
 #                                   tidepool's snapshot rendered by PyTorch's memory visualizer
 #   bench/gpu_run.sh expandable     expandable segments: the GPU test (map and unmap cost, peer access
@@ -172,6 +177,35 @@ ddp)
     done
     python3 bench/summarize_ddp.py "$OUT/ddp_native" "$OUT/ddp_tidepool" | tee "$OUT/ddp_summary.md"
     ;;
+fsdp)
+    build
+    python3 -c "import sys; sys.path.insert(0, 'python'); import tidepool.torch as t; t._build_shim()" 2>&1 | tail -2
+    steps=${2:-300}
+    nproc=$(nvidia-smi -L | wc -l)
+    [ "$nproc" -gt 2 ] && nproc=2
+    echo "== GPT-2 small under FSDP2 on $nproc GPU(s), $steps steps, one run per configuration"
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    unset TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK
+    # fsdp_run NAME ARGS...: one torchrun of fsdp_gpt2.py, JSON as $OUT/fsdp_NAME.rankN.json; with
+    # --nccl-register-hook in ARGS, PyTorch's register hook is turned on in its environment.
+    fsdp_run() {
+        local name=$1 hook=
+        shift
+        case " $* " in *" --nccl-register-hook "*) hook=TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1 ;; esac
+        echo "== $name"
+        timeout 240 env $hook torchrun --standalone --nproc_per_node="$nproc" bench/fsdp_gpt2.py --steps "$steps" \
+            --json "$OUT/fsdp_$name" "$@" 2>&1 | grep -vE "^W[0-9]|warn|Warn|^\s*$" | tail -8
+        echo "fsdp $name exit status: ${PIPESTATUS[0]}"
+    }
+    fsdp_run native --allocator native
+    fsdp_run native_expandable --allocator native --native-conf expandable_segments:True
+    fsdp_run tidepool --allocator tidepool
+    fsdp_run tidepool_expandable --allocator tidepool --tidepool-conf expandable_segments:True
+    fsdp_run tidepool_hook --allocator tidepool --nccl-register-hook
+    fsdp_run native_hook --allocator native --nccl-register-hook
+    python3 bench/summarize_fsdp.py "$OUT"/fsdp_native "$OUT"/fsdp_native_expandable "$OUT"/fsdp_tidepool \
+        "$OUT"/fsdp_tidepool_expandable "$OUT"/fsdp_tidepool_hook "$OUT"/fsdp_native_hook | tee "$OUT/fsdp_summary.md"
+    ;;
 reliability)
     build
     echo "== scrub and guard"
@@ -281,5 +315,5 @@ net(torch.randn(64, 1024, device='cuda')).sum().backward(); opt.step(); torch.cu
 print('a training step under', torch.cuda.memory.get_allocator_backend())")
     ;;
 *)
-    echo "usage: bench/gpu_run.sh tests | adaptors | train WORKLOADS [STEPS] | record-train [STEPS] | bench | history | seed [STEPS] | ddp [STEPS] | reliability | expandable | expandable-seed [STEPS] | record-seed [STEPS] | suite [FAMILIES] | pip-only"; exit 2 ;;
+    echo "usage: bench/gpu_run.sh tests | adaptors | train WORKLOADS [STEPS] | record-train [STEPS] | bench | history | seed [STEPS] | ddp [STEPS] | fsdp [STEPS] | reliability | expandable | expandable-seed [STEPS] | record-seed [STEPS] | suite [FAMILIES] | pip-only"; exit 2 ;;
 esac
