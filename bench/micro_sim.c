@@ -2,11 +2,12 @@
  * The micro-benchmark on the simulated device: tidepool's own cost per alloc+free pair, on any machine.
  *
  *   build/bench/micro_sim [reps]
- *   build/bench/micro_sim --count same|small|large PAIRS
+ *   build/bench/micro_sim --count same|small|large|past_mark PAIRS
  *
  * --count runs one one-thread pattern once, PAIRS pairs, and prints how many alloc+free pairs it made in
  * all (a random pattern's warm-up pass, and each pass's filling and emptying, count too):
- * bench/callgrind_micro.sh counts that run's instructions per pair.
+ * bench/callgrind_micro.sh counts that run's instructions per pair. past_mark is tidepool's own (no
+ * other allocator has its fit rules): see past_the_mark below.
  *
  * (The GPU version, `gpu_bench micro` in bench/gpu_bench.cpp, runs the same patterns against
  * PyTorch's allocator and cudaMallocAsync in one process.)
@@ -17,6 +18,7 @@
 #include "tidepool_sim.h"
 #include "tidepool_bench.h"
 
+#include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -75,16 +77,40 @@ static int pattern_named(const char *name)
     return -1;
 }
 
+/* A program at its high-water mark whose requests take blocks of a segment the fit rules keep for
+ * larger ones: past the mark they serve rather than a new segment (pressure.c). A 64 MiB block made and
+ * freed leaves one segment, which below the mark serves requests of 2 MiB or more; a 4 KiB block stays
+ * live (a program that holds nothing ends its phase); then pairs of 1.5 and 1.25 MiB in turn, each taken
+ * from that segment, since a segment of its own would pass the mark. The sizes alternate so that a
+ * free's parked block is not simply taken back. Returns the pairs made, the first three included. */
+static unsigned long long past_the_mark(const struct bench_allocator *a, size_t pairs)
+{
+    void *big = a->alloc(a->ctx, 64u << 20, 0), *kept = a->alloc(a->ctx, 4096, 0);
+    a->free(a->ctx, big, 64u << 20, 0);
+    for (size_t i = 0; i < pairs; i++) {
+        size_t size = i % 2 ? (5u << 20) / 4 : (3u << 20) / 2;
+        void *p = a->alloc(a->ctx, size, 0);
+        a->free(a->ctx, p, size, 0);
+    }
+    a->free(a->ctx, kept, 4096, 0);
+    return (unsigned long long)pairs + 2;
+}
+
 static int count_one(tide_allocator *t, int argc, char **argv)
 {
     char *end = NULL;
-    int pattern = argc == 4 ? pattern_named(argv[2]) : -1;
+    bool past_mark = argc == 4 && strcmp(argv[2], "past_mark") == 0;
+    int pattern = argc == 4 && !past_mark ? pattern_named(argv[2]) : -1;
     unsigned long long pairs = argc == 4 ? strtoull(argv[3], &end, 10) : 0;
-    if (pattern < 0 || !end || *end || pairs == 0 || pairs > 100000000) {
-        fprintf(stderr, "usage: micro_sim --count same|small|large PAIRS (1 to 100000000)\n");
+    if ((pattern < 0 && !past_mark) || !end || *end || pairs == 0 || pairs > 100000000) {
+        fprintf(stderr, "usage: micro_sim --count same|small|large|past_mark PAIRS (1 to 100000000)\n");
         return 2;
     }
     struct bench_allocator a = bench_tidepool("tidepool (sim)", t);
+    if (past_mark) {
+        printf("pairs %llu\n", past_the_mark(&a, (size_t)pairs));
+        return 0;
+    }
     bench_one_thread(pattern, &a, (size_t)pairs, 0);
     printf("pairs %llu\n", bench_one_thread_pairs_made(pattern, (size_t)pairs));
     return 0;
