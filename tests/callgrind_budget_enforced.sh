@@ -40,9 +40,9 @@ printf 'lstm_loop.csv.gz many\n' > "$tmp/words"
 expect 2 "the budget of lstm_loop.csv.gz is not a number: many" replay "$tmp/words"
 expect 2 "cannot read the budget file" replay "$tmp/missing"
 
-printf 'micro_same 100000\nmicro_small 100000\nmicro_large 100000\n' > "$tmp/micro_generous"
+printf 'micro_same 100000\nmicro_small 100000\nmicro_large 100000\nmicro_past_mark 100000\n' > "$tmp/micro_generous"
 expect 0 "every figure within its budget" micro "$tmp/micro_generous"
-printf 'micro_same 100000\nmicro_small 100000\nmicro_large 1\n' > "$tmp/micro_tight"
+printf 'micro_same 100000\nmicro_small 100000\nmicro_large 1\nmicro_past_mark 100000\n' > "$tmp/micro_tight"
 expect 1 "micro_large: [0-9.]* instructions, over its budget of 1 " micro "$tmp/micro_tight"
 expect 2 "usage: micro_sim --count" "$build/bench/micro_sim" --count huge 5
 exit $failed
