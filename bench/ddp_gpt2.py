@@ -92,27 +92,10 @@ if args.allocator == "tidepool":
     result["tidepool_stats"] = {k: stats[k] for k in ("num_device_alloc", "num_device_free", "allocation.all.peak",
                                                       "reserved_bytes.all.peak")}
 if args.trace_out and rank == 0 and args.allocator == "tidepool":
-    import gzip
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from history_trace import write_trace
     events = json.loads(tt._require().history_json(local_rank))
-    ids, next_id, ops, empty_cache_at = {}, 0, 0, []
-    with gzip.open(args.trace_out, "wt") as f:
-        f.write("op,id,size,stream\n")
-        streams = {0: 0}
-        for e in events["events"]:
-            s = streams.setdefault(e["stream"], len(streams))
-            if e["kind"] == "alloc":
-                next_id += 1
-                ids[e["addr"]] = (next_id, e["size"], s)
-                f.write("a,%d,%d,%d\n" % (next_id, e["size"], s))
-                ops += 1
-            elif e["kind"] == "free_requested" and e["addr"] in ids:
-                i, size, st = ids.pop(e["addr"])
-                f.write("f,%d,%d,%d\n" % (i, size, st))
-                ops += 1
-            elif e["kind"] == "empty_cache":
-                empty_cache_at.append(ops)
-    with open(args.trace_out + ".json", "w") as f:
-        json.dump({"dropped": events["dropped"], "ops": ops, "empty_cache_at_op": empty_cache_at}, f)
+    ops, empty_cache_at = write_trace(events, args.trace_out)
     print("rank 0: wrote %s: %d operations, empty_cache at %s, %d events dropped" % (
         args.trace_out, ops, empty_cache_at, events["dropped"]))
 with open("%s.rank%d.json" % (args.json, rank), "w") as f:

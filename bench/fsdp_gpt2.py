@@ -70,6 +70,8 @@ parser.add_argument("--nccl-register-hook", action="store_true",
                     help="register every segment with NCCL through PyTorch's allocator hook, and count the "
                     "registrations from NCCL's log")
 parser.add_argument("--json", required=True, help="writes JSON.rankN.json")
+parser.add_argument("--trace-out", help="tidepool, rank 0: record the allocator's history and write it as a "
+                    "tidepool trace (bench/history_trace.py), for replay on any machine")
 args = parser.parse_args()
 if args.native_conf and args.allocator != "native":
     parser.error("--native-conf is PyTorch's allocator's; tidepool takes --tidepool-conf")
@@ -106,6 +108,8 @@ if args.allocator == "tidepool":
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import tidepool.torch as tt
     tt.enable(args.tidepool_conf)  # every device, before CUDA is initialized
+    if args.trace_out and rank == 0:
+        tt.record_memory_history(max_entries=8_000_000, device=local_rank)
 torch.cuda.set_device(local_rank)
 # Before the process group: ProcessGroupNCCL keeps NCCL off NVLS reductions when it is made in
 # deterministic mode (and gpu_run.sh turns NVLS off as well).
@@ -238,6 +242,13 @@ def write():
 
 # Written before the process group goes, so that a failure in its destruction loses nothing measured.
 write()
+if args.trace_out and rank == 0 and args.allocator == "tidepool":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from history_trace import write_trace
+    history = json.loads(tt._require().history_json(local_rank))
+    ops, empty_cache_at = write_trace(history, args.trace_out)
+    print("rank 0: wrote %s: %d operations, empty_cache at %s, %d events dropped" % (
+        args.trace_out, ops, empty_cache_at, history["dropped"]))
 
 REGISTER = re.compile(r"NCCL INFO register comm (\S+) buffer (\S+) size (\d+)")
 SKIPPED = re.compile(r"NCCL INFO Skipping (?:graph )?registration for buffer (\S+) size (\d+)")
