@@ -11,7 +11,6 @@ import json
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 parser = argparse.ArgumentParser()
 parser.add_argument("--allocator", choices=["native", "tidepool"], required=True)
 parser.add_argument("--steps", type=int, default=300)
@@ -30,12 +29,11 @@ import torch.distributed as dist  # noqa: E402
 
 rank = int(os.environ["RANK"])
 local_rank = int(os.environ["LOCAL_RANK"])
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from history_trace import enable_tidepool, write_trace  # noqa: E402
+
 if args.allocator == "tidepool":
-    sys.path.insert(0, os.path.join(ROOT, "python"))
-    import tidepool.torch as tt
-    tt.enable(args.tidepool_conf)  # every device, before CUDA is initialized
-    if args.trace_out and rank == 0:
-        tt.record_memory_history(max_entries=4_000_000, device=local_rank)
+    tt = enable_tidepool(args.tidepool_conf, local_rank if args.trace_out and rank == 0 else None)
 torch.cuda.set_device(local_rank)
 dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
 
@@ -92,8 +90,6 @@ if args.allocator == "tidepool":
     result["tidepool_stats"] = {k: stats[k] for k in ("num_device_alloc", "num_device_free", "allocation.all.peak",
                                                       "reserved_bytes.all.peak")}
 if args.trace_out and rank == 0 and args.allocator == "tidepool":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from history_trace import write_trace
     events = json.loads(tt._require().history_json(local_rank))
     ops, empty_cache_at = write_trace(events, args.trace_out)
     print("rank 0: wrote %s: %d operations, empty_cache at %s, %d events dropped" % (

@@ -57,7 +57,6 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 parser = argparse.ArgumentParser()
 parser.add_argument("--allocator", choices=["native", "tidepool"], required=True)
 parser.add_argument("--tidepool-conf", default=None, help="tidepool's config string (expandable_segments:True)")
@@ -104,12 +103,11 @@ else:
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from history_trace import enable_tidepool, write_trace  # noqa: E402
+
 if args.allocator == "tidepool":
-    sys.path.insert(0, os.path.join(ROOT, "python"))
-    import tidepool.torch as tt
-    tt.enable(args.tidepool_conf)  # every device, before CUDA is initialized
-    if args.trace_out and rank == 0:
-        tt.record_memory_history(max_entries=8_000_000, device=local_rank)
+    tt = enable_tidepool(args.tidepool_conf, local_rank if args.trace_out and rank == 0 else None, 8_000_000)
 torch.cuda.set_device(local_rank)
 # Before the process group: ProcessGroupNCCL keeps NCCL off NVLS reductions when it is made in
 # deterministic mode (and gpu_run.sh turns NVLS off as well).
@@ -243,8 +241,6 @@ def write():
 # Written before the process group goes, so that a failure in its destruction loses nothing measured.
 write()
 if args.trace_out and rank == 0 and args.allocator == "tidepool":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from history_trace import write_trace
     history = json.loads(tt._require().history_json(local_rank))
     ops, empty_cache_at = write_trace(history, args.trace_out)
     print("rank 0: wrote %s: %d operations, empty_cache at %s, %d events dropped" % (

@@ -1,9 +1,25 @@
-"""A tidepool history, as tidepool.torch's history_json gives it, written as a tidepool trace (CSV,
-gzip'd) for `tidepool replay` and bench/fragmentation.py's tools: one line per allocation and per free,
-streams numbered in the order they first appear, and beside it TRACE.json with the operations at
-which the program called empty_cache. The standard library only."""
+"""tidepool under a PyTorch benchmark (ddp_gpt2.py, fsdp_gpt2.py), and its history written as a tidepool
+trace (CSV, gzip'd) for `tidepool replay` and bench/fragmentation.py's tools: one line per allocation
+and per free, streams numbered in the order they first appear, and beside it TRACE.json with the
+operations at which the program called empty_cache. The standard library only (tidepool.torch is
+imported by enable_tidepool)."""
 import gzip
 import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def enable_tidepool(conf, record_device=None, max_entries=4_000_000):
+    """tidepool.torch, enabled with conf on every device (before CUDA is initialized), recording its
+    history on record_device if one is given. Returns the module."""
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import tidepool.torch as tt
+    tt.enable(conf)
+    if record_device is not None:
+        tt.record_memory_history(max_entries=max_entries, device=record_device)
+    return tt
 
 
 def write_trace(history, path):
