@@ -269,8 +269,9 @@ void segment_reattach(tide_allocator *t, struct heap *h, struct segment *seg);
  * what is reserved now, and what the program held before is forgotten with it. Under the pressure
  * lock. */
 void high_water_restart(tide_allocator *t);
-/* reserved or high_water changed (under pressure): publishes room_under_mark. */
-void mark_moved(tide_allocator *t);
+/* The one writer of high_water (under pressure), and of the room under it that tide_malloc reads
+ * without the lock (room_under_mark; note_reserved and note_released keep it as reserved moves). */
+void high_water_set(tide_allocator *t, size_t value);
 /* Bytes per state over every heap (takes each heap's lock in turn). */
 struct where where_is_memory(tide_allocator *t);
 /* Under the pressure lock, before a growth of `bytes` for a request of `rounded` bytes passes the

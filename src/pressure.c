@@ -441,10 +441,9 @@ static tide_status grow(tide_allocator *t, struct heap *h, enum pool_kind pool, 
         if (t->conf.trim_on_growth && !capturing && t->reserved + size > t->high_water) {
             /* A small-pool segment raises the mark too: the idle segments a trim could give back for it
              * are large ones, each more than it, and the loop that left them idle comes back for them. */
-            if (pool == POOL_SMALL || may_pass_mark(t, rounded, size)) {
-                t->high_water = t->reserved + size;
-                mark_moved(t);
-            } else
+            if (pool == POOL_SMALL || may_pass_mark(t, rounded, size))
+                high_water_set(t, t->reserved + size);
+            else
                 release_for_high_water(t, t->reserved + size - t->high_water, h);
         }
         if (t->gc_threshold && !capturing && t->reserved + size > t->gc_threshold) {
@@ -595,8 +594,7 @@ static void release_asked_back(tide_allocator *t)
     /* A segment the backend refuses to take is cached again, asked back no more. */
     size_t gone = 0;
     (void)release_idle_of_every_heap(t, true, NULL, &gone);
-    t->high_water = t->high_water - gone > t->reserved ? t->high_water - gone : t->reserved;
-    mark_moved(t);
+    high_water_set(t, t->high_water - gone > t->reserved ? t->high_water - gone : t->reserved);
     if (phase_ended)
         high_water_restart(t);
 }
@@ -650,13 +648,19 @@ static struct block *take_below_max_split(tide_allocator *t, struct heap *h, enu
  * past the mark anyway. room_under_mark is the mark as of its last change; read without the pressure
  * lock, it may be a step behind another thread's growth, which changes which cached block serves,
  * never whether one may. */
+/* Whether a segment for the request would pass the high-water mark. */
+static bool growth_passes_mark(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded)
+{
+    return segment_size_for(h, pool, rounded) > atomic_load_explicit(&t->room_under_mark, memory_order_relaxed);
+}
+
 struct block *pressure_take_past_mark_at_once(tide_allocator *t, struct heap *h, enum pool_kind pool,
                                               size_t rounded, size_t requested, tide_status *status)
 {
     if (pool != POOL_LARGE || t->conf.expandable_segments || h->vm || t->fit.oversize_min != SIZE_MAX ||
         atomic_load_explicit(&t->phase_ended, memory_order_relaxed) ||
         atomic_load_explicit(&t->asked_back_idle, memory_order_relaxed) != 0 ||
-        segment_size_for(h, pool, rounded) <= atomic_load_explicit(&t->room_under_mark, memory_order_relaxed))
+        !growth_passes_mark(t, h, pool, rounded))
         return NULL;
     struct block *b = heap_take_past_mark(h, pool, rounded, requested, &t->fit, status);
     if (b && h->stats.drained_unsettled) /* its fit drained blocks: their peaks, as take_after_draining */
@@ -677,7 +681,7 @@ tide_status pressure_malloc(tide_allocator *t, struct heap *h, enum pool_kind po
     /* The fit rules keep cached blocks for larger requests while a new segment for this one fits under
      * the most ever reserved; past it, a kept block serves rather than the program's peak rising, in a
      * segment a small block pins already where one has room (heap_take_past_mark). */
-    if (!b && s == TIDE_OK && t->reserved + segment_size_for(h, pool, rounded) > t->high_water) {
+    if (!b && s == TIDE_OK && growth_passes_mark(t, h, pool, rounded)) {
         heap_lock_and_settle(h);
         b = heap_take_past_mark(h, pool, rounded, requested, &t->fit, &s);
         heap_unlock(h);

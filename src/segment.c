@@ -115,16 +115,22 @@ tide_status segment_reserve(tide_allocator *t, const tide_backend *from, enum po
     return TIDE_OK;
 }
 
-void mark_moved(tide_allocator *t)
+/* reserved or high_water changed: room_under_mark follows (types.h). */
+static void mark_moved(tide_allocator *t)
 {
     atomic_store_explicit(&t->room_under_mark, t->high_water > t->reserved ? t->high_water - t->reserved : 0,
                           memory_order_relaxed);
 }
 
+void high_water_set(tide_allocator *t, size_t value)
+{
+    t->high_water = value;
+    mark_moved(t);
+}
+
 void high_water_restart(tide_allocator *t)
 {
-    t->high_water = t->reserved;
-    mark_moved(t);
+    high_water_set(t, t->reserved);
     /* What the program held before the restart would let the next phase keep idle memory it may never
      * need again, where a new allocator gives it back first. */
     t->held_peak = 0;
@@ -160,9 +166,7 @@ void note_reserved(tide_allocator *t, size_t bytes)
     t->reserved += bytes;
     if (t->reserved > t->reserved_peak)
         t->reserved_peak = t->reserved;
-    if (t->reserved > t->high_water)
-        t->high_water = t->reserved;
-    mark_moved(t);
+    high_water_set(t, t->reserved > t->high_water ? t->reserved : t->high_water);
     t->num_device_alloc++;
 }
 

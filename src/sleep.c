@@ -292,9 +292,7 @@ static tide_status unmap_counted(tide_allocator *t, struct heap *h, struct segme
         return tide__fail_with_context(s, "unmapping %s at 0x%llx from the %s backend",
                                        format_bytes(hi - lo, sz), (unsigned long long)lo, t->backend.name);
     }
-    t->reserved -= hi - lo;
-    mark_moved(t);
-    t->num_device_free++;
+    note_released(t, hi - lo, NULL);
     heap_lock_and_settle(h);
     count_asleep(h, run, (int64_t)(hi - lo));
     heap_unlock(h);
