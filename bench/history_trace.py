@@ -23,9 +23,12 @@ def enable_tidepool(conf, record_device=None, max_entries=4_000_000):
 
 
 def write_trace(history, path):
-    """history: the parsed history_json. Returns (operations written, empty_cache positions)."""
+    """history: the parsed history_json. Returns (operations written, empty_cache positions). Beside the
+    trace, PATH.segments.csv: each segment reserved or released, at which operation, its size and
+    stream, so that the driver calls the program made can be set beside a replay's."""
     ids, next_id, ops, empty_cache_at = {}, 0, 0, []
-    with gzip.open(path, "wt") as f:
+    with gzip.open(path, "wt") as f, open(path + ".segments.csv", "w") as seg:
+        seg.write("op,event,size,stream\n")
         f.write("op,id,size,stream\n")
         streams = {0: 0}
         for e in history["events"]:
@@ -41,6 +44,8 @@ def write_trace(history, path):
                 ops += 1
             elif e["kind"] == "empty_cache":
                 empty_cache_at.append(ops)
+            elif e["kind"] in ("segment_reserved", "segment_released"):
+                seg.write("%d,%s,%d,%d\n" % (ops, e["kind"][8:], e["size"], s))
     with open(path + ".json", "w") as f:
         json.dump({"dropped": history["dropped"], "ops": ops, "empty_cache_at_op": empty_cache_at}, f)
     return ops, empty_cache_at
