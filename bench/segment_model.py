@@ -10,7 +10,9 @@ that fits: driver calls, each a synchronization of the device. How many such cal
 depends on where blocks are placed. This model grants the allocator what none has:
 - it knows the program's peak live memory from the start, and holds up to r x that in segments;
 - one pool for every stream and size: any block may lie in any segment (no stream's segments are its
-  own, no small and large pools);
+  own, no small and large pools); with --streams-apart, each stream's blocks lie in its own segments,
+  as PyTorch's allocator and tidepool keep them, but a wholly free segment moves to another stream
+  at no cost;
 - a segment is reserved at the request's size rounded up to 2 MiB, no more;
 - each block goes in the smallest free stretch that holds it (best fit, then the lowest address), and
   free stretches next to each other in one segment merge at once;
@@ -45,12 +47,13 @@ from workloads.common import steps_path  # noqa: E402
 
 
 class Model:
-    def __init__(self, cap_units):
+    def __init__(self, cap_units, streams_apart=False):
         self.cap = cap_units
-        self.by_size = []        # sorted (units, addr) of every free stretch
+        self.streams_apart = streams_apart
+        self.by_size = {}        # pool -> sorted (units, addr) of its free stretches
         self.free_at = {}        # start -> (units, segment)
         self.free_ending = {}    # end -> start
-        self.segments = {}       # segment -> (base, units, blocks in it)
+        self.segments = {}       # segment -> [base, units, blocks in it, pool]
         self.idle = {}           # wholly free segments, longest idle first
         self.next_addr = 0
         self.reserved = 0
@@ -61,21 +64,22 @@ class Model:
     def _add_free(self, start, units, seg):
         self.free_at[start] = (units, seg)
         self.free_ending[start + units] = start
-        bisect.insort(self.by_size, (units, start))
+        bisect.insort(self.by_size.setdefault(self.segments[seg][3], []), (units, start))
 
     def _drop_free(self, start):
         units, seg = self.free_at.pop(start)
         del self.free_ending[start + units]
-        self.by_size.pop(bisect.bisect_left(self.by_size, (units, start)))
+        stretches = self.by_size[self.segments[seg][3]]
+        stretches.pop(bisect.bisect_left(stretches, (units, start)))
         return units, seg
 
-    def _reserve(self, units):
+    def _reserve(self, units, pool):
         size = -(-units // PAGE) * PAGE
         while self.reserved + size > self.cap and self.idle:
             self._release(next(iter(self.idle)))
         base = self.next_addr
         self.next_addr += size + 1   # never adjoining the next segment: stretches merge within one
-        self.segments[base] = (base, size, 0)
+        self.segments[base] = [base, size, 0, pool]
         self._add_free(base, size, base)
         self.reserved += size
         self.peak_reserved = max(self.peak_reserved, self.reserved)
@@ -83,26 +87,41 @@ class Model:
 
     def _release(self, seg):
         del self.idle[seg]
-        base, seg_units, _ = self.segments.pop(seg)
-        self._drop_free(base)
-        self.reserved -= seg_units
-        self.calls.append((self.now, -seg_units * UNIT))
+        self._drop_free(seg)
+        units = self.segments.pop(seg)[1]
+        self.reserved -= units
+        self.calls.append((self.now, -units * UNIT))
+
+    def _adopt(self, units, pool):
+        """With streams apart: the smallest wholly free segment of another stream that holds the
+        request moves to this one, at no cost (a fence on that stream would do). Whether one did."""
+        fits = [(self.segments[seg][1], seg) for seg in self.idle
+                if self.segments[seg][1] >= units and self.segments[seg][3] != pool]
+        if not fits:
+            return False
+        seg = min(fits)[1]
+        self._drop_free(seg)
+        self.segments[seg][3] = pool
+        self._add_free(seg, self.segments[seg][1], seg)
+        return True
 
     def empty_cache(self):
         while self.idle:
             self._release(next(iter(self.idle)))
 
-    def allocate(self, units):
-        k = bisect.bisect_left(self.by_size, (units, -1))
-        if k == len(self.by_size):
-            self._reserve(units)
-            k = bisect.bisect_left(self.by_size, (units, -1))
-        start = self.by_size[k][1]
+    def allocate(self, units, stream):
+        pool = stream if self.streams_apart else 0
+        stretches = self.by_size.setdefault(pool, [])
+        k = bisect.bisect_left(stretches, (units, -1))
+        if k == len(stretches):
+            if not self._adopt(units, pool):
+                self._reserve(units, pool)
+            k = bisect.bisect_left(stretches, (units, -1))
+        start = stretches[k][1]
         have, seg = self._drop_free(start)
         if have > units:
             self._add_free(start + units, have - units, seg)
-        base, seg_units, n = self.segments[seg]
-        self.segments[seg] = (base, seg_units, n + 1)
+        self.segments[seg][2] += 1
         self.idle.pop(seg, None)
         return start, seg
 
@@ -115,13 +134,12 @@ class Model:
             units += self._drop_free(before)[0]
             start = before
         self._add_free(start, units, seg)
-        base, seg_units, n = self.segments[seg]
-        self.segments[seg] = (base, seg_units, n - 1)
-        if n == 1:
+        self.segments[seg][2] -= 1
+        if not self.segments[seg][2]:
             self.idle[seg] = None
 
 
-def run(ops, steps, ratio, honour_empty_cache):
+def run(ops, steps, ratio, honour_empty_cache, streams_apart=False):
     """The model at one ratio: bench/fragmentation.py's call figures, and peak reserved over peak live."""
     live = peak = 0
     sizes = {}
@@ -132,12 +150,12 @@ def run(ops, steps, ratio, honour_empty_cache):
             peak = max(peak, live)
         elif op == "f" and ident in sizes:
             live -= sizes.pop(ident)
-    m = Model(int(ratio * peak))
+    m = Model(int(ratio * peak), streams_apart)
     where, empties = {}, []
-    for i, (op, ident, units, _) in enumerate(ops):
+    for i, (op, ident, units, stream) in enumerate(ops):
         m.now = i
         if op == "a":
-            start, seg = m.allocate(units)
+            start, seg = m.allocate(units, stream)
             where[ident] = (start, units, seg)
         elif op == "f" and ident in where:
             m.free(*where.pop(ident))
@@ -150,7 +168,7 @@ def run(ops, steps, ratio, honour_empty_cache):
     return figures
 
 
-def model_trace(trace, steps, ratios, nsteps=None):
+def model_trace(trace, steps, ratios, nsteps=None, streams_apart=False):
     """[(ignoring empty_cache, honouring it)] per ratio."""
     begins = steps["step_begins_at_line"]
     if nsteps is not None and nsteps < len(begins):
@@ -159,7 +177,7 @@ def model_trace(trace, steps, ratios, nsteps=None):
                      step_peak_live=steps.get("step_peak_live", [])[:nsteps])
     else:
         ops = read_ops(trace)
-    return [(run(ops, steps, r, False), run(ops, steps, r, True)) for r in ratios]
+    return [(run(ops, steps, r, False, streams_apart), run(ops, steps, r, True, streams_apart)) for r in ratios]
 
 
 def main():
@@ -167,6 +185,9 @@ def main():
     ap.add_argument("traces", nargs="+")
     ap.add_argument("--steps", type=int, help="the first N steps of each trace only")
     ap.add_argument("--ratios", default="1.10,1.25,1.50", help="reserved over peak live, comma-separated")
+    ap.add_argument("--streams-apart", action="store_true",
+                    help="each stream's blocks in its own segments, as PyTorch's allocator and tidepool keep them "
+                         "(a wholly free segment still moves to another stream at no cost)")
     args = ap.parse_args()
     ratios = [float(r) for r in args.ratios.split(",")]
     print("| trace | steps | held at most | empty_cache ignored: peak reserved / peak live, calls / 100 steps "
@@ -182,7 +203,8 @@ def main():
         n = len(steps["step_begins_at_line"])
         n = min(args.steps, n) if args.steps else n
         name = os.path.basename(trace).replace(".csv.gz", "")
-        for ignored, honoured in model_trace(trace, steps, ratios, args.steps if has_steps else None):
+        for ignored, honoured in model_trace(trace, steps, ratios, args.steps if has_steps else None,
+                                             args.streams_apart):
             if has_steps:
                 print("| %s | %d | %.2fx | %.3f, %.2f, %d | %.3f, %.2f, %d, %d, %s |" % (
                     name, n, ignored["ratio"], ignored["peak_reserved_over_live"], ignored["calls_per_100_steps"],

@@ -17,11 +17,11 @@ from step_traces import write_steps_trace  # noqa: E402
 MiB = 1 << 20
 
 
-def model(steps_ops, ratios, warmup=1):
+def model(steps_ops, ratios, warmup=1, streams_apart=False):
     """[(empty_cache ignored, honoured)] per ratio."""
     with tempfile.TemporaryDirectory() as tmp:
         trace, steps = write_steps_trace(tmp, steps_ops, warmup)
-        return segment_model.model_trace(trace, steps, ratios)
+        return segment_model.model_trace(trace, steps, ratios, streams_apart=streams_apart)
 
 
 # One shape: a 6 MiB block made and freed each step.
@@ -74,6 +74,24 @@ def halves(k, later_first):
 r = model([halves(k, k % 2 == 0) for k in range(1, 11)], [1.0])[0][0]
 check(r["calls_after_warmup"] == 0 and r["peak_reserved_over_live"] == 1.0,
       "stretches merge both ways: one 4 MiB segment serves every step (%d calls)" % r["calls_after_warmup"])
+
+# Streams: stream 0 keeps A (2 MiB) in the first half of the 4 MiB segment its first block left, and
+# stream 1 makes and frees a 2 MiB block each step. In one pool that block takes the other half (4 MiB
+# reserved for 4 live); with streams apart it needs a segment of its own (6 MiB), and a wholly free
+# segment of stream 0 moves to it instead of a reservation: stream 0 makes two 2 MiB blocks and frees
+# the first.
+streams = [["a,1,%d,0" % (4 * MiB), "f,1,,0", "a,2,%d,0" % (2 * MiB)]] + [
+    ["a,%d,%d,1" % (k, 2 * MiB), "f,%d,,1" % k] for k in range(3, 12)]
+one, apart = model(streams, [2.0])[0][0], model(streams, [2.0], streams_apart=True)[0][0]
+check(one["peak_reserved_over_live"] == 1.0 and apart["peak_reserved_over_live"] == 1.5,
+      "streams: 4 MiB reserved in one pool, 6 with streams apart (%.2f, %.2f)"
+      % (one["peak_reserved_over_live"], apart["peak_reserved_over_live"]))
+moved = [["a,1,%d,0" % (2 * MiB), "a,2,%d,0" % (2 * MiB), "f,1,,0"]] + [
+    ["a,%d,%d,1" % (k, 2 * MiB), "f,%d,,1" % k] for k in range(3, 12)]
+r = model(moved, [2.0], streams_apart=True)[0][0]
+check(r["calls_after_warmup"] == 0 and r["peak_reserved_over_live"] == 1.0,
+      "streams apart: stream 0's idle segment moves to stream 1, no reservation (%d calls, %.2f)"
+      % (r["calls_after_warmup"], r["peak_reserved_over_live"]))
 
 # The program's own empty_cache after every step: honoured, each gives the idle segment back and the
 # next step takes it again, both counted apart as refills (nine of each after the first step);
