@@ -17,8 +17,9 @@ parser.add_argument("--steps", type=int, default=300)
 parser.add_argument("--empty-cache-every", type=int, default=100)
 parser.add_argument("--json", required=True)
 parser.add_argument("--tidepool-conf", default=None, help="tidepool's config string")
-parser.add_argument("--trace-out", help="tidepool, rank 0: record the allocator's history and write it as a "
-                    "tidepool trace (CSV, gzip'd), with the trace positions of the empty_cache calls beside it")
+parser.add_argument("--trace-out", metavar="PATH", help="tidepool, rank 0: record the allocator's history and "
+                    "write it as a tidepool trace, PATH.csv.gz, with its steps and driver calls in PATH.json "
+                    "(bench/history_trace.py)")
 args = parser.parse_args()
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -30,7 +31,7 @@ import torch.distributed as dist  # noqa: E402
 rank = int(os.environ["RANK"])
 local_rank = int(os.environ["LOCAL_RANK"])
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from history_trace import enable_tidepool, write_trace  # noqa: E402
+from history_trace import enable_tidepool, write_recording  # noqa: E402
 
 if args.allocator == "tidepool":
     tt = enable_tidepool(args.tidepool_conf, local_rank if args.trace_out and rank == 0 else None)
@@ -66,6 +67,8 @@ def allocated_mib():
 
 losses, reserved, used, floors, after = [], [], [], [], []
 for step in range(args.steps):
+    if args.trace_out and rank == 0 and args.allocator == "tidepool":
+        tt.annotate("step %d" % step)
     length = 128 + (step * 37) % 384
     ids = torch.randint(0, 50257, (8, length), generator=generator).to("cuda")
     out = model(input_ids=ids, labels=ids)
@@ -90,10 +93,9 @@ if args.allocator == "tidepool":
     result["tidepool_stats"] = {k: stats[k] for k in ("num_device_alloc", "num_device_free", "allocation.all.peak",
                                                       "reserved_bytes.all.peak")}
 if args.trace_out and rank == 0 and args.allocator == "tidepool":
-    events = json.loads(tt._require().history_json(local_rank))
-    ops, empty_cache_at = write_trace(events, args.trace_out)
-    print("rank 0: wrote %s: %d operations, empty_cache at %s, %d events dropped" % (
-        args.trace_out, ops, empty_cache_at, events["dropped"]))
+    lines, steps, dropped = write_recording(tt, args.trace_out, 0, local_rank)
+    print("rank 0: wrote %s.csv.gz and .json: %d lines, %d steps, %d events dropped" % (
+        args.trace_out, lines, steps, dropped))
 with open("%s.rank%d.json" % (args.json, rank), "w") as f:
     json.dump(result, f)
 print("rank %d %s: loss %s -> %s, reserved %.0f MiB at the end, floors %s" % (

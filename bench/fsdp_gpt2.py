@@ -69,8 +69,9 @@ parser.add_argument("--nccl-register-hook", action="store_true",
                     help="register every segment with NCCL through PyTorch's allocator hook, and count the "
                     "registrations from NCCL's log")
 parser.add_argument("--json", required=True, help="writes JSON.rankN.json")
-parser.add_argument("--trace-out", help="tidepool, rank 0: record the allocator's history and write it as a "
-                    "tidepool trace (bench/history_trace.py), for replay on any machine")
+parser.add_argument("--trace-out", metavar="PATH", help="tidepool, rank 0: record the allocator's history and "
+                    "write it as a tidepool trace, PATH.csv.gz, with its steps and driver calls in PATH.json "
+                    "(bench/history_trace.py), for replay on any machine")
 args = parser.parse_args()
 if args.native_conf and args.allocator != "native":
     parser.error("--native-conf is PyTorch's allocator's; tidepool takes --tidepool-conf")
@@ -104,7 +105,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from history_trace import enable_tidepool, write_trace  # noqa: E402
+from history_trace import enable_tidepool, write_recording  # noqa: E402
 
 if args.allocator == "tidepool":
     tt = enable_tidepool(args.tidepool_conf, local_rank if args.trace_out and rank == 0 else None, 8_000_000)
@@ -166,6 +167,8 @@ floors, after = [], []
 device_peak = max(init_used, used_mib())
 warm = None
 for step in range(args.steps):
+    if args.trace_out and rank == 0 and args.allocator == "tidepool":
+        tt.annotate("step %d" % step)
     length = int(torch.randint(128, 1025, (1,), generator=lengths))
     ids = torch.randint(0, 50257, (8, length), generator=tokens)
     torch.cuda.reset_peak_memory_stats(local_rank)
@@ -241,10 +244,9 @@ def write():
 # Written before the process group goes, so that a failure in its destruction loses nothing measured.
 write()
 if args.trace_out and rank == 0 and args.allocator == "tidepool":
-    history = json.loads(tt._require().history_json(local_rank))
-    ops, empty_cache_at = write_trace(history, args.trace_out)
-    print("rank 0: wrote %s: %d operations, empty_cache at %s, %d events dropped" % (
-        args.trace_out, ops, empty_cache_at, history["dropped"]))
+    lines, steps, dropped = write_recording(tt, args.trace_out, args.warmup, local_rank)
+    print("rank 0: wrote %s.csv.gz and .json: %d lines, %d steps, %d events dropped" % (
+        args.trace_out, lines, steps, dropped))
 
 REGISTER = re.compile(r"NCCL INFO register comm (\S+) buffer (\S+) size (\d+)")
 SKIPPED = re.compile(r"NCCL INFO Skipping (?:graph )?registration for buffer (\S+) size (\d+)")

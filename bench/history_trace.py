@@ -1,9 +1,7 @@
-"""tidepool under a PyTorch benchmark (ddp_gpt2.py, fsdp_gpt2.py), and its history written as a tidepool
-trace (CSV, gzip'd) for `tidepool replay` and bench/fragmentation.py's tools: one line per allocation
-and per free, streams numbered in the order they first appear, and beside it TRACE.json with the
-operations at which the program called empty_cache. The standard library only (tidepool.torch is
-imported by enable_tidepool)."""
-import gzip
+"""tidepool under a PyTorch benchmark (train.py, ddp_gpt2.py, fsdp_gpt2.py), and its history written as
+a tidepool trace (CSV, gzip'd; python/tidepool/trace.py) for `tidepool replay` and bench/'s tools, with
+its steps and the driver's calls beside it. The standard library only (tidepool.torch is imported by
+enable_tidepool)."""
 import json
 import os
 import sys
@@ -13,39 +11,36 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def enable_tidepool(conf, record_device=None, max_entries=4_000_000):
     """tidepool.torch, enabled with conf on every device (before CUDA is initialized), recording its
-    history on record_device if one is given. Returns the module."""
+    history on record_device if one is given, its streams' events in their exact order (a trace
+    needs a block's free after its allocation whatever streams they came on). Returns the module."""
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import tidepool.torch as tt
     tt.enable(conf)
     if record_device is not None:
-        tt.record_memory_history(max_entries=max_entries, device=record_device)
+        tt.record_memory_history(max_entries=max_entries, device=record_device, ordered=True)
     return tt
 
 
-def write_trace(history, path):
-    """history: the parsed history_json. Returns (operations written, empty_cache positions). Beside the
-    trace, PATH.segments.csv: each segment reserved or released, at which operation, its size and
-    stream, so that the driver calls the program made can be set beside a replay's."""
-    ids, next_id, ops, empty_cache_at = {}, 0, 0, []
-    with gzip.open(path, "wt") as f, open(path + ".segments.csv", "w") as seg:
-        seg.write("op,event,size,stream\n")
-        f.write("op,id,size,stream\n")
-        streams = {0: 0}
-        for e in history["events"]:
-            s = streams.setdefault(e["stream"], len(streams))
-            if e["kind"] == "alloc":
-                next_id += 1
-                ids[e["addr"]] = (next_id, e["size"], s)
-                f.write("a,%d,%d,%d\n" % (next_id, e["size"], s))
-                ops += 1
-            elif e["kind"] == "free_requested" and e["addr"] in ids:
-                i, size, st = ids.pop(e["addr"])
-                f.write("f,%d,%d,%d\n" % (i, size, st))
-                ops += 1
-            elif e["kind"] == "empty_cache":
-                empty_cache_at.append(ops)
-            elif e["kind"] in ("segment_reserved", "segment_released"):
-                seg.write("%d,%s,%d,%d\n" % (ops, e["kind"][8:], e["size"], s))
+def write_recording(tt, path, warmup, device=None):
+    """The history tt (tidepool.torch) recorded on device, written as a trace (PATH.csv.gz, replayable by
+    `tidepool replay`: allocations, frees and the program's empty_cache calls) and, beside it
+    (PATH.json), the trace line where each step begins (annotations "step N", tidepool.torch.annotate),
+    warmup as warmup_steps, and every segment reserved or released (the driver's calls; pages mapped
+    and unmapped, with expandable segments) with its step and trace line, so that a replay can be held
+    against the live run. Returns (trace lines, steps, events dropped by the history's ring)."""
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    from tidepool import trace
+    history = json.loads(tt._require().history_json(tt._device_index(device)))
+    lines, _ = trace.write_trace(history, path + ".csv.gz")
+    step, steps, segments = -1, [], []
+    for line, e in trace.events_by_line(history["events"]):
+        kind = e["kind"]
+        if kind == "annotation" and (e["tag"] or "").startswith("step "):
+            step = int(e["tag"].split()[1])
+            steps.append(line)
+        elif kind in ("segment_reserved", "segment_released"):
+            segments.append({"step": step, "line": line, "kind": kind, "size": e["size"]})
     with open(path + ".json", "w") as f:
-        json.dump({"dropped": history["dropped"], "ops": ops, "empty_cache_at_op": empty_cache_at}, f)
-    return ops, empty_cache_at
+        json.dump({"step_begins_at_line": steps, "warmup_steps": warmup, "segments": segments,
+                   "dropped": history.get("dropped")}, f)
+    return lines, len(steps), history.get("dropped", 0)

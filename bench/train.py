@@ -142,27 +142,6 @@ def difference(later, earlier):
     return None if later is None or earlier is None else [later[0] - earlier[0], later[1] - earlier[1]]
 
 
-def write_recording(tt, path, warmup):
-    """The history of a recorded run as a trace (path + ".csv.gz", replayable by tidepool replay) and,
-    beside it (path + ".json"), the trace line where each step begins and every segment reserved or
-    released (the driver's calls; pages mapped and unmapped, with expandable segments) with its step
-    and trace line, so that a replay can be held against the live run."""
-    from tidepool import trace
-    history = json.loads(tt._require().history_json(tt._device_index(None)))
-    trace.write_trace(history, path + ".csv.gz")
-    step, steps, segments = -1, [], []
-    for line, e in trace.events_by_line(history["events"]):
-        kind = e["kind"]
-        if kind == "annotation" and (e["tag"] or "").startswith("step "):
-            step = int(e["tag"].split()[1])
-            steps.append(line)
-        elif kind in ("segment_reserved", "segment_released"):
-            segments.append({"step": step, "line": line, "kind": kind, "size": e["size"]})
-    with open(path + ".json", "w") as f:
-        json.dump({"step_begins_at_line": steps, "warmup_steps": warmup, "segments": segments,
-                   "dropped": history.get("dropped")}, f)
-
-
 def child(allocator, workload, steps, record=None, timed=False):
     torch_conf, tidepool_conf = ALLOCATORS[allocator]
     if torch_conf:
@@ -245,6 +224,7 @@ def child(allocator, workload, steps, record=None, timed=False):
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     if record:
+        from history_trace import write_recording  # bench/, beside this script
         write_recording(tidepool.torch, record, warmup)
     return {"allocator": allocator, "workload": workload, "backend": torch.cuda.memory.get_allocator_backend(),
             "warmup_steps": warmup, "steps": steps, "ms_per_step": 1000 * statistics.median(times),
