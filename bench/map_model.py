@@ -118,9 +118,8 @@ class Model:
                     bisect.insort(self.idle_sorted, p)
 
 
-def run(ops, begins, warm, ratio):
-    """The model at one ratio: events (allocations that map) after the warm-up and in the last half,
-    pages mapped after the warm-up, and the peak of mapped pages over peak live."""
+def peak_live(ops):
+    """The most units live at once over ops (read_ops')."""
     live = peak = 0
     sizes = {}
     for op, ident, units, _ in ops:
@@ -130,6 +129,13 @@ def run(ops, begins, warm, ratio):
             peak = max(peak, live)
         elif op == "f" and ident in sizes:
             live -= sizes.pop(ident)
+    return peak
+
+
+def run(ops, begins, warm, ratio):
+    """The model at one ratio: events (allocations that map) after the warm-up and in the last half,
+    pages mapped after the warm-up, and the peak of mapped pages over peak live."""
+    peak = peak_live(ops)
     peak_pages = -(-peak // PAGE)
     m = Model(max(1, int(ratio * peak_pages)))
     warm_op = begins[warm] if warm < len(begins) else len(ops)

@@ -42,7 +42,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fragmentation import call_figures  # noqa: E402
-from map_model import PAGE, UNIT, read_ops  # noqa: E402  (512-byte units; a page is 2 MiB)
+from map_model import PAGE, UNIT, peak_live, read_ops  # noqa: E402  (512-byte units; a page is 2 MiB)
 from workloads.common import steps_path  # noqa: E402
 
 
@@ -141,15 +141,7 @@ class Model:
 
 def run(ops, steps, ratio, honour_empty_cache, streams_apart=False):
     """The model at one ratio: bench/fragmentation.py's call figures, and peak reserved over peak live."""
-    live = peak = 0
-    sizes = {}
-    for op, ident, units, _ in ops:
-        if op == "a":
-            sizes[ident] = units
-            live += units
-            peak = max(peak, live)
-        elif op == "f" and ident in sizes:
-            live -= sizes.pop(ident)
+    peak = peak_live(ops)
     m = Model(int(ratio * peak), streams_apart)
     where, empties = {}, []
     for i, (op, ident, units, stream) in enumerate(ops):
