@@ -635,6 +635,12 @@ static struct block *take_below_max_split(tide_allocator *t, struct heap *h, enu
     return b;
 }
 
+/* Whether a segment for the request would pass the high-water mark. */
+static bool growth_passes_mark(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded)
+{
+    return segment_size_for(h, pool, rounded) > atomic_load_explicit(&t->room_under_mark, memory_order_relaxed);
+}
+
 /* A program at its high-water mark takes, at every step, cached blocks that the fit rules keep for larger
  * requests: past the mark they serve (heap_take_past_mark) rather than the peak rising. Through
  * pressure_malloc each such allocation took the pressure lock, searched the free index twice or three
@@ -648,12 +654,6 @@ static struct block *take_below_max_split(tide_allocator *t, struct heap *h, enu
  * past the mark anyway. room_under_mark is the mark as of its last change; read without the pressure
  * lock, it may be a step behind another thread's growth, which changes which cached block serves,
  * never whether one may. */
-/* Whether a segment for the request would pass the high-water mark. */
-static bool growth_passes_mark(tide_allocator *t, struct heap *h, enum pool_kind pool, size_t rounded)
-{
-    return segment_size_for(h, pool, rounded) > atomic_load_explicit(&t->room_under_mark, memory_order_relaxed);
-}
-
 struct block *pressure_take_past_mark_at_once(tide_allocator *t, struct heap *h, enum pool_kind pool,
                                               size_t rounded, size_t requested, tide_status *status)
 {
